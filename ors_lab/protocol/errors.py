@@ -1,0 +1,136 @@
+"""The exceptions ors_lab raises, in one tree.
+
+::
+
+    ORSError                        anything ors_lab raises on purpose; carries session_id, task_id, request
+    ├── ServerError                 the server answered an HTTP error status (after the retries allowed)
+    │   ├── SessionNotFoundError    404 "Active environment not found": unknown, expired or deleted session
+    │   └── EnvironmentStartingError  503 "x-backend-state: starting" for longer than the client waits
+    ├── ToolError                   `event: error` on /call: the tool raised on the server (session still usable)
+    ├── StreamError                 a /call stream broke, or broke the protocol
+    │   ├── MalformedStreamError    events out of order, a result that is not valid JSON, not an SSE response
+    │   ├── UnknownTaskError        `error: unknown task_id`: the server no longer holds the task's result
+    │   ├── ResumeFailedError       dropped after `task_id`, and every resume with that task_id failed too
+    │   └── OutcomeUnknownError     dropped after the request may have reached the server, before any
+    │                               `task_id`: the tool may or may not have run, so it is not sent again
+    └── SessionClosedError          the session was closed (or found dead) before this use
+
+Network failures the retries could not mend stay httpx2 errors (``httpx2.ConnectError`` and kin).
+An ORS *logic* failure (unknown tool, invalid input, finished episode) is not an exception: it is a
+``ToolResult`` with ``ok=False``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "EnvironmentStartingError",
+    "MalformedStreamError",
+    "ORSError",
+    "OutcomeUnknownError",
+    "ResumeFailedError",
+    "ServerError",
+    "SessionClosedError",
+    "SessionNotFoundError",
+    "StreamError",
+    "ToolError",
+    "UnknownTaskError",
+]
+
+
+class ORSError(Exception):
+    """Base class: a failure with the ORS context it happened in."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        task_id: str | None = None,
+        request: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.session_id = session_id
+        self.task_id = task_id
+        self.request = request
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle with the keyword fields (errors cross process boundaries in parallel runs)."""
+        return (_rebuild, (type(self), self.message, dict(vars(self))))
+
+    def __str__(self) -> str:
+        context = [
+            f"{name}={value}"
+            for name, value in (
+                ("session", self.session_id),
+                ("task_id", self.task_id),
+                ("request", _describe(self.request)),
+            )
+            if value
+        ]
+        return f"{self.message} ({', '.join(context)})" if context else self.message
+
+
+def _rebuild(cls: type[ORSError], message: str, state: dict[str, Any]) -> ORSError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
+
+def _describe(request: Any) -> str | None:
+    """``POST http://host/env/call`` for an httpx2 request, else its str."""
+    if request is None:
+        return None
+    method, url = getattr(request, "method", None), getattr(request, "url", None)
+    return f"{method} {url}" if method and url else str(request)
+
+
+class ServerError(ORSError):
+    """The server answered with an HTTP error status; ``status_code`` and ``detail`` say what."""
+
+    def __init__(self, message: str, *, status_code: int, detail: Any = None, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.status_code = status_code
+        self.detail = detail
+
+
+class SessionNotFoundError(ServerError):
+    """The server does not know the session: never created, deleted, or reaped after 900 s idle."""
+
+
+class EnvironmentStartingError(ServerError):
+    """The environment was still starting (503, ``x-backend-state: starting``) when the wait ran out."""
+
+
+class ToolError(ORSError):
+    """The tool raised on the server (``event: error``); the session stays usable."""
+
+
+class StreamError(ORSError):
+    """A /call stream broke, or did not follow the protocol."""
+
+
+class MalformedStreamError(StreamError):
+    """The stream is not ORS: events out of order, a result that is not JSON, or not SSE at all."""
+
+
+class UnknownTaskError(StreamError):
+    """The server answered ``error: unknown task_id``: the task's result is gone (kept 60 s) or never was."""
+
+
+class ResumeFailedError(StreamError):
+    """The stream dropped after ``task_id`` and resuming with that task_id failed every time."""
+
+
+class OutcomeUnknownError(StreamError):
+    """The stream dropped before ``task_id`` after the request may have reached the server.
+
+    The tool may or may not have run. Tools are not idempotent, so the call is not sent again.
+    """
+
+
+class SessionClosedError(ORSError):
+    """The session is closed, or was found dead (for example reaped by the server)."""
