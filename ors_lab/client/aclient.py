@@ -1,0 +1,584 @@
+"""The async ORS client: ``AsyncClient`` → ``AsyncEnvironment`` → ``AsyncSession``.
+
+Requests always name their environment (``/{env}/...``), never relying on the servers' 308
+redirect to the default one. A session opens with one request (``POST /create`` with a session
+id made here), keeps itself alive with ``POST /ping`` every 10 s for its whole life, and is
+deleted when it closes, whatever ends it. ``call()`` returns a ``ToolResult``; ``ok=False`` is
+data, and infrastructure failures are the typed errors of ``ors_lab.protocol.errors``.
+
+Two seams: ``transport=`` (any ``httpx2.AsyncBaseTransport``; the default sends through aiohttp)
+and ``recorder=`` (an ``EventSink`` that sees every request, response, network chunk, SSE event,
+comment, retry and session step, in order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import httpx2
+
+from ors_lab.client.policy import BEFORE_SENDING, RetryPolicy
+from ors_lab.client.transport import AiohttpTransport
+from ors_lab.protocol.call import CallAssembler
+from ors_lab.protocol.errors import (
+    EnvironmentStartingError,
+    MalformedStreamError,
+    ORSError,
+    OutcomeUnknownError,
+    ResumeFailedError,
+    ServerError,
+    SessionClosedError,
+    SessionNotFoundError,
+)
+from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec, blocks_from_wire
+from ors_lab.protocol.sse import SSEComment, SSEDecoder
+
+__all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession", "EventSink"]
+
+DEFAULT_TIMEOUT = httpx2.Timeout(60.0, connect=10.0)
+"""Per request: 10 s to connect, 60 s for anything else (a /call stream uses ``heartbeat_timeout``)."""
+
+PING_INTERVAL = 10.0
+HEARTBEAT_TIMEOUT = 30.0
+"""A /call stream silent this long (three missed pings) counts as dropped, and is resumed."""
+
+USER_AGENT = "ors-lab/0.1.0"
+SESSION_NOT_FOUND = "Active environment not found"
+
+
+class EventSink(Protocol):
+    """What ``recorder=`` takes: one call per wire event, in the order they happen.
+
+    ``kind`` is one of ``request``, ``response``, ``chunk``, ``sse``, ``comment``, ``retry``,
+    ``disconnect``, ``session``; ``fields`` carry the details (``session_id``, ``attempt``, ...).
+    """
+
+    def emit(self, kind: str, /, **fields: Any) -> None: ...
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _detail(response: httpx2.Response) -> Any:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text
+    return body.get("detail", body) if isinstance(body, dict) else body
+
+
+class AsyncClient:
+    """An ORS server, from asyncio code. ``async with AsyncClient(url) as client: ...``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | httpx2.Timeout = DEFAULT_TIMEOUT,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        recorder: EventSink | None = None,
+        retry: RetryPolicy | None = None,
+        ping_interval: float = PING_INTERVAL,
+        heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        default_headers = {"User-Agent": USER_AGENT}
+        api_key = api_key if api_key is not None else os.environ.get("ORS_API_KEY")
+        if api_key:
+            default_headers["X-API-Key"] = api_key
+        default_headers.update(headers or {})
+        self._timeout = timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(timeout)
+        self._stream_timeout = httpx2.Timeout(
+            connect=self._timeout.connect, read=heartbeat_timeout, write=self._timeout.write, pool=None
+        )
+        self._http = httpx2.AsyncClient(
+            headers=default_headers,
+            timeout=self._timeout,
+            transport=transport if transport is not None else AiohttpTransport(),
+            follow_redirects=False,
+        )
+        self.recorder = recorder
+        self.retry = retry or RetryPolicy()
+        self.ping_interval = ping_interval
+        self._flavor: str | None = None
+        self._sessions: set[AsyncSession] = set()
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({self.base_url!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every session still open, then the connections."""
+        for session in list(self._sessions):
+            await session.close()
+        await self._http.aclose()
+
+    # -- stateless endpoints -------------------------------------------------------------------
+
+    async def health(self) -> bool:
+        """True when ``GET /health`` answers ``{"status": "ok"}``."""
+        body = await self._json("GET", "/health")
+        return isinstance(body, dict) and body.get("status") == "ok"
+
+    async def environments(self) -> list[str]:
+        """The environment names the server hosts; the first is its default."""
+        return [str(name) for name in await self._json("GET", "/list_environments")]
+
+    def environment(self, name: str) -> AsyncEnvironment:
+        """One environment by name (no request is made until you use it)."""
+        return AsyncEnvironment(self, name)
+
+    # -- the HTTP core -------------------------------------------------------------------------
+
+    def _emit(self, kind: str, /, **fields: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.emit(kind, **fields)
+
+    def _request(
+        self, method: str, path: str, body: Any, session_id: str | None, *, stream: bool = False
+    ) -> httpx2.Request:
+        headers: dict[str, str] = {}
+        if session_id is not None:
+            headers["X-Session-ID"] = session_id
+        content = None
+        if body is not None:
+            content = _dumps(body)
+            headers["Content-Type"] = "application/json"
+        if stream:
+            headers["Accept"] = "text/event-stream"
+        return self._http.build_request(
+            method,
+            self.base_url + path,
+            headers=headers,
+            content=content,
+            timeout=self._stream_timeout if stream else self._timeout,
+        )
+
+    async def _json(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        session_id: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Send one JSON request with the retry rules; return the decoded JSON body."""
+        attempt, waited_starting = 0, 0.0
+        while True:
+            attempt += 1
+            request = self._request(method, path, body, session_id)
+            if extra_headers:
+                request.headers.update(extra_headers)
+            response = await self._send(request, session_id, attempt)
+            if response is None:
+                continue
+            if response.status_code < 300:
+                return response.json()
+            wait = self.retry.wait_after(response, attempt, waited_starting)
+            if wait is None:
+                raise self._error(response, session_id)
+            if response.status_code == 503:
+                waited_starting += wait
+            self._emit("retry", session_id=session_id, attempt=attempt, reason=response.status_code, backoff=wait)
+            await asyncio.sleep(wait)
+
+    async def _send(
+        self, request: httpx2.Request, session_id: str | None, attempt: int, *, stream: bool = False
+    ) -> httpx2.Response | None:
+        """Send; on a failure before sending, wait and return None (the caller tries again)."""
+        self._emit(
+            "request",
+            session_id=session_id,
+            attempt=attempt,
+            method=request.method,
+            url=str(request.url),
+            headers=request.headers,
+            body=request.content,
+        )
+        started = time.monotonic_ns()
+        try:
+            response = await self._http.send(request, stream=stream)
+        except BEFORE_SENDING as exc:
+            if attempt >= self.retry.attempts:
+                raise
+            wait = self.retry.backoff_for(attempt)
+            self._emit("retry", session_id=session_id, attempt=attempt, reason=type(exc).__name__, backoff=wait)
+            await asyncio.sleep(wait)
+            return None
+        self._emit(
+            "response",
+            session_id=session_id,
+            attempt=attempt,
+            status=response.status_code,
+            headers=response.headers,
+            ttfb_ns=time.monotonic_ns() - started,
+            body=None if stream else response.content,
+        )
+        return response
+
+    def _error(self, response: httpx2.Response, session_id: str | None, task_id: str | None = None) -> ServerError:
+        detail = _detail(response)
+        status = response.status_code
+        context: dict[str, Any] = {"session_id": session_id, "task_id": task_id, "request": response.request}
+        message = f"HTTP {status}: {detail}"
+        if status == 404 and detail == SESSION_NOT_FOUND:
+            return SessionNotFoundError(
+                f"{message} (the session is unknown, deleted, or was reaped after 900 s idle)",
+                status_code=status,
+                detail=detail,
+                **context,
+            )
+        if status == 503 and response.headers.get("x-backend-state", "").lower() == "starting":
+            return EnvironmentStartingError(
+                f"{message} (still starting after {self.retry.starting_timeout:g} s)",
+                status_code=status,
+                detail=detail,
+                **context,
+            )
+        return ServerError(message, status_code=status, detail=detail, **context)
+
+    async def _call(self, session: AsyncSession, name: str, tool_input: Mapping[str, Any]) -> ToolResult:
+        """One ``/call``: send, assemble the stream, resume it with its task_id if it drops."""
+        sid, path = session.sid, f"/{session.environment}/call"
+        body: dict[str, Any] = {"name": name, "input": dict(tool_input)}
+        task_id: str | None = None
+        attempt = resumes = 0
+        waited_starting = 0.0
+        call_number = session._next_call()
+        while True:
+            attempt += 1
+            request = self._request(
+                "POST", path, body if task_id is None else {**body, "task_id": task_id}, sid, stream=True
+            )
+            try:
+                response = await self._send(request, sid, attempt, stream=True)
+            except BEFORE_SENDING:
+                raise
+            except httpx2.TransportError as exc:
+                if task_id is None:
+                    raise OutcomeUnknownError(
+                        f"the connection failed after sending {name!r} ({type(exc).__name__}: {exc}); "
+                        "the tool may or may not have run, so the call is not sent again",
+                        session_id=sid,
+                        request=request,
+                    ) from exc
+                resumes = await self._before_resume(sid, task_id, request, resumes, exc, attempt)
+                continue
+            if response is None:
+                continue
+            if response.status_code != 200:
+                await response.aread()
+                wait = self.retry.wait_after(response, attempt, waited_starting)
+                if wait is None:
+                    raise self._error(response, sid, task_id)
+                if response.status_code == 503:
+                    waited_starting += wait
+                self._emit("retry", session_id=sid, attempt=attempt, reason=response.status_code, backoff=wait)
+                await asyncio.sleep(wait)
+                continue
+            assembler = CallAssembler(task_id)
+            drop: httpx2.TransportError | None = None
+            try:
+                result = await self._read_stream(response, assembler, sid, attempt, call_number)
+            except ORSError as exc:
+                exc.session_id, exc.request = sid, request
+                exc.task_id = exc.task_id or assembler.task_id
+                raise
+            except httpx2.TransportError as exc:
+                self._emit("disconnect", session_id=sid, attempt=attempt, error=f"{type(exc).__name__}: {exc}")
+                result, drop = None, exc
+            if result is not None:
+                return result
+            task_id = assembler.task_id
+            if task_id is None:
+                raise OutcomeUnknownError(
+                    f"the stream for {name!r} ended before its task_id; the tool may or may not have run, "
+                    "so the call is not sent again",
+                    session_id=sid,
+                    request=request,
+                ) from drop
+            resumes = await self._before_resume(sid, task_id, request, resumes, drop, attempt)
+
+    async def _before_resume(
+        self,
+        sid: str,
+        task_id: str,
+        request: httpx2.Request,
+        resumes: int,
+        cause: BaseException | None,
+        attempt: int,
+    ) -> int:
+        resumes += 1
+        if resumes > self.retry.resume_attempts:
+            raise ResumeFailedError(
+                f"the stream dropped and {self.retry.resume_attempts} resumes with its task_id failed",
+                session_id=sid,
+                task_id=task_id,
+                request=request,
+            ) from cause
+        wait = self.retry.backoff_for(resumes)
+        self._emit("retry", session_id=sid, attempt=attempt, reason="resume", task_id=task_id, backoff=wait)
+        await asyncio.sleep(wait)
+        return resumes
+
+    async def _read_stream(
+        self, response: httpx2.Response, assembler: CallAssembler, sid: str, attempt: int, call_number: int
+    ) -> ToolResult | None:
+        """Decode one SSE response into the assembler; the result, or None if it ended early."""
+        try:
+            content_type = response.headers.get("content-type", "")
+            if not content_type.startswith("text/event-stream"):
+                await response.aread()
+                raise MalformedStreamError(f"expected an SSE stream, got {content_type!r}: {response.text[:200]!r}")
+            decoder = SSEDecoder()
+            emit = self.recorder.emit if self.recorder is not None else None
+            chunks = response.aiter_bytes() if "content-encoding" in response.headers else response.aiter_raw()
+            async for chunk in chunks:
+                if emit is not None:
+                    emit("chunk", session_id=sid, attempt=attempt, call=call_number, size=len(chunk))
+                for item in decoder.feed(chunk):
+                    if emit is not None:
+                        if isinstance(item, SSEComment):
+                            emit("comment", session_id=sid, attempt=attempt, call=call_number, text=item.text)
+                        else:
+                            emit(
+                                "sse",
+                                session_id=sid,
+                                attempt=attempt,
+                                call=call_number,
+                                event=item.event,
+                                data=item.data,
+                                id=item.id,
+                                retry=item.retry,
+                            )
+                    result = assembler.feed(item)
+                    if result is not None:
+                        return result
+            return None
+        finally:
+            await response.aclose()
+
+    async def _server_flavor(self) -> str:
+        """``openreward`` when the server has ``/version`` (openreward's own route), else ``ors-sdk``."""
+        if self._flavor is None:
+            request = self._request("GET", "/version", None, None)
+            response = await self._http.send(request)
+            self._flavor = "openreward" if response.status_code == 200 else "ors-sdk"
+        return self._flavor
+
+
+class AsyncEnvironment:
+    """One environment on a server: its splits, tasks and tools, and sessions on its tasks."""
+
+    def __init__(self, client: AsyncClient, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"AsyncEnvironment({self.name!r}, url={self.client.base_url!r})"
+
+    async def splits(self) -> list[Split]:
+        """The environment's splits."""
+        return [Split.from_wire(s) for s in await self.client._json("GET", f"/{self.name}/splits")]
+
+    async def tasks(self, split: str) -> list[Task]:
+        """Every task of a split."""
+        body = await self.client._json("POST", f"/{self.name}/tasks", {"split": split})
+        return [Task.from_wire(spec, self.name) for spec in body["tasks"]]
+
+    async def num_tasks(self, split: str) -> int:
+        """How many tasks a split has."""
+        body = await self.client._json("POST", f"/{self.name}/num_tasks", {"split": split})
+        return int(body["num_tasks"])
+
+    async def task(self, split: str, index: int) -> Task:
+        """One task by position (negative counts from the end)."""
+        body = await self.client._json("POST", f"/{self.name}/task", {"split": split, "index": index})
+        return Task.from_wire(body["task"], self.name)
+
+    async def task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[Task]:
+        """Tasks ``start:stop`` of a split, with Python slice semantics."""
+        body = await self.client._json(
+            "POST", f"/{self.name}/task_range", {"split": split, "start": start, "stop": stop}
+        )
+        return [Task.from_wire(spec, self.name) for spec in body["tasks"]]
+
+    async def tools(self) -> list[ToolSpec]:
+        """The tools every task of this environment shares."""
+        body = await self.client._json("GET", f"/{self.name}/tools")
+        return [ToolSpec.from_wire(t) for t in body["tools"]]
+
+    def session(
+        self,
+        task: Task | Mapping[str, Any] | None = None,
+        *,
+        split: str | None = None,
+        index: int | None = None,
+        secrets: Mapping[str, str] | None = None,
+    ) -> AsyncSession:
+        """A session on one task, by ``task=`` (a Task or its spec) or by ``split=`` and ``index=``.
+
+        Use it as ``async with env.session(split="test", index=0) as s:``; it opens on entry.
+        """
+        if task is not None and (split is not None or index is not None):
+            raise ValueError("give either task= or split=/index=, not both")
+        if task is None and (split is None or index is None):
+            raise ValueError("give either task= or both split= and index=")
+        return AsyncSession(self, task=task, split=split, index=index, secrets=secrets)
+
+
+class AsyncSession:
+    """A live episode on one task: ``prompt()``, ``tools()``, ``call()``; kept alive until closed."""
+
+    def __init__(
+        self,
+        environment: AsyncEnvironment,
+        *,
+        task: Task | Mapping[str, Any] | None,
+        split: str | None,
+        index: int | None,
+        secrets: Mapping[str, str] | None,
+    ) -> None:
+        self.client = environment.client
+        self.environment = environment.name
+        self.task = task if isinstance(task, Task) or task is None else Task(environment.name, dict(task))
+        self.split = split
+        self.index = index
+        self.sid = uuid.uuid4().hex
+        self.pings = 0
+        self.calls = 0
+        self._secrets = dict(secrets) if secrets else None
+        self._state = "new"
+        self._dead: ORSError | None = None
+        self._pinger: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        where = f"task={self.task!r}" if self.task is not None else f"split={self.split!r}, index={self.index}"
+        return f"AsyncSession({self.environment!r}, {where}, sid={self.sid!r}, {self._state})"
+
+    @property
+    def closed(self) -> bool:
+        """True once the session was closed or found dead."""
+        return self._state == "closed" or self._dead is not None
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Create the session on the server (one request) and start its keep-alive pings."""
+        if self._state != "new":
+            raise SessionClosedError(f"the session is already {self._state}", session_id=self.sid)
+        body: dict[str, Any] = {"env_name": self.environment}
+        if self.task is not None:
+            body["task_spec"] = dict(self.task.spec)
+        else:
+            body["split"], body["index"] = self.split, self.index
+        headers = None
+        if self._secrets:
+            if await self.client._server_flavor() == "openreward":
+                secrets = {name: {"value": value} for name, value in self._secrets.items()}
+                headers = {"X-Secrets": base64.b64encode(_dumps(secrets)).decode()}
+            else:
+                body["secrets"] = self._secrets
+        self._state = "opening"
+        self.client._sessions.add(self)
+        try:
+            await self.client._json("POST", "/create", body, session_id=self.sid, extra_headers=headers)
+        except BaseException:
+            self._state = "closed"
+            self.client._sessions.discard(self)
+            raise
+        self._state = "open"
+        self.client._emit(
+            "session",
+            session_id=self.sid,
+            action="open",
+            environment=self.environment,
+            split=self.split,
+            index=self.index,
+            task=None if self.task is None else self.task.spec,
+        )
+        self._pinger = asyncio.create_task(self._keep_alive(), name=f"ors-lab ping {self.sid}")
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await asyncio.sleep(self.client.ping_interval)
+            try:
+                await self.ping()
+            except SessionNotFoundError as exc:
+                self._dead = exc
+                return
+            except (ORSError, httpx2.HTTPError):
+                continue  # a missed ping is not fatal: the server waits 900 s
+
+    async def ping(self) -> None:
+        """Tell the server the session is in use (the keep-alive task does this every 10 s)."""
+        await self.client._json("POST", "/ping", session_id=self.sid)
+        self.pings += 1
+        self.client._emit("session", session_id=self.sid, action="ping")
+
+    def _check(self) -> None:
+        if self._dead is not None:
+            raise SessionClosedError(f"the session is dead: {self._dead.message}", session_id=self.sid)
+        if self._state != "open":
+            raise SessionClosedError(f"the session is {self._state}; open it first", session_id=self.sid)
+
+    def _next_call(self) -> int:
+        self.calls += 1
+        return self.calls
+
+    async def prompt(self) -> list[Block]:
+        """The task's prompt, as blocks."""
+        self._check()
+        return list(
+            blocks_from_wire(await self.client._json("GET", f"/{self.environment}/prompt", session_id=self.sid))
+        )
+
+    async def tools(self) -> list[ToolSpec]:
+        """The tools of this session: the shared ones, then the task's own."""
+        self._check()
+        body = await self.client._json("GET", f"/{self.environment}/task_tools", session_id=self.sid)
+        return [ToolSpec.from_wire(t) for t in body["tools"]]
+
+    async def call(self, name: str, input: Mapping[str, Any] | None = None) -> ToolResult:
+        """Run a tool; the ``ToolResult`` has ``ok=False`` (not an exception) for ORS logic failures."""
+        self._check()
+        return await self.client._call(self, name, input or {})
+
+    async def close(self) -> None:
+        """Stop the pings and delete the session on the server (safe to call twice)."""
+        if self._state in ("closed", "new"):
+            self._state = "closed"
+            return
+        self._state = "closed"
+        self.client._sessions.discard(self)
+        pinger, self._pinger = self._pinger, None
+        if pinger is not None:
+            pinger.cancel()
+        try:
+            await self.client._json("POST", "/delete", session_id=self.sid)
+        finally:
+            self.client._emit("session", session_id=self.sid, action="close")

@@ -1,0 +1,195 @@
+"""The sync twins: ``Client`` → ``Environment`` → ``Session``, name for name with the async ones.
+
+Each method runs its async twin to completion through a ``Runner`` (see ``runner.py``), so the sync
+client works in scripts and inside Jupyter's running loop alike, and sessions keep pinging while
+the caller is idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Self
+
+import httpx2
+
+from ors_lab.client.aclient import (
+    DEFAULT_TIMEOUT,
+    HEARTBEAT_TIMEOUT,
+    PING_INTERVAL,
+    AsyncClient,
+    AsyncEnvironment,
+    AsyncSession,
+    EventSink,
+)
+from ors_lab.client.policy import RetryPolicy
+from ors_lab.client.runner import Runner
+from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec
+
+__all__ = ["Client", "Environment", "Session"]
+
+
+class Client:
+    """An ORS server, from synchronous code (scripts and notebooks): ``Client(url)``.
+
+    Takes the same arguments as ``AsyncClient``; ``client.aio`` is the async client underneath.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | httpx2.Timeout = DEFAULT_TIMEOUT,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        recorder: EventSink | None = None,
+        retry: RetryPolicy | None = None,
+        ping_interval: float = PING_INTERVAL,
+        heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+    ) -> None:
+        self._runner = Runner()
+        self.aio = AsyncClient(
+            base_url,
+            api_key=api_key,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            recorder=recorder,
+            retry=retry,
+            ping_interval=ping_interval,
+            heartbeat_timeout=heartbeat_timeout,
+        )
+        self.base_url = self.aio.base_url
+
+    def __repr__(self) -> str:
+        return f"Client({self.base_url!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every session still open, then the connections."""
+        try:
+            self._runner.run(self.aio.aclose())
+        finally:
+            self._runner.close()
+
+    def health(self) -> bool:
+        """True when ``GET /health`` answers ``{"status": "ok"}``."""
+        return self._runner.run(self.aio.health())
+
+    def environments(self) -> list[str]:
+        """The environment names the server hosts; the first is its default."""
+        return self._runner.run(self.aio.environments())
+
+    def environment(self, name: str) -> Environment:
+        """One environment by name (no request is made until you use it)."""
+        return Environment(self._runner, self.aio.environment(name))
+
+
+class Environment:
+    """One environment on a server: its splits, tasks and tools, and sessions on its tasks."""
+
+    def __init__(self, runner: Runner, aio: AsyncEnvironment) -> None:
+        self._runner = runner
+        self.aio = aio
+        self.name = aio.name
+
+    def __repr__(self) -> str:
+        return f"Environment({self.name!r}, url={self.aio.client.base_url!r})"
+
+    def splits(self) -> list[Split]:
+        """The environment's splits."""
+        return self._runner.run(self.aio.splits())
+
+    def tasks(self, split: str) -> list[Task]:
+        """Every task of a split."""
+        return self._runner.run(self.aio.tasks(split))
+
+    def num_tasks(self, split: str) -> int:
+        """How many tasks a split has."""
+        return self._runner.run(self.aio.num_tasks(split))
+
+    def task(self, split: str, index: int) -> Task:
+        """One task by position (negative counts from the end)."""
+        return self._runner.run(self.aio.task(split, index))
+
+    def task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[Task]:
+        """Tasks ``start:stop`` of a split, with Python slice semantics."""
+        return self._runner.run(self.aio.task_range(split, start, stop))
+
+    def tools(self) -> list[ToolSpec]:
+        """The tools every task of this environment shares."""
+        return self._runner.run(self.aio.tools())
+
+    def session(
+        self,
+        task: Task | Mapping[str, Any] | None = None,
+        *,
+        split: str | None = None,
+        index: int | None = None,
+        secrets: Mapping[str, str] | None = None,
+    ) -> Session:
+        """A session on one task, by ``task=`` or by ``split=`` and ``index=``; ``with`` opens it."""
+        return Session(self._runner, self.aio.session(task, split=split, index=index, secrets=secrets))
+
+
+class Session:
+    """A live episode on one task: ``prompt()``, ``tools()``, ``call()``; kept alive until closed."""
+
+    def __init__(self, runner: Runner, aio: AsyncSession) -> None:
+        self._runner = runner
+        self.aio = aio
+        self.sid = aio.sid
+        self.environment = aio.environment
+        self.task = aio.task
+
+    def __repr__(self) -> str:
+        return repr(self.aio).replace("AsyncSession(", "Session(", 1)
+
+    @property
+    def pings(self) -> int:
+        """Keep-alive pings sent so far."""
+        return self.aio.pings
+
+    @property
+    def closed(self) -> bool:
+        """True once the session was closed or found dead."""
+        return self.aio.closed
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Create the session on the server and start its keep-alive pings."""
+        self._runner.run(self.aio.open())
+
+    def ping(self) -> None:
+        """Tell the server the session is in use (done every 10 s on its own)."""
+        self._runner.run(self.aio.ping())
+
+    def prompt(self) -> list[Block]:
+        """The task's prompt, as blocks."""
+        return self._runner.run(self.aio.prompt())
+
+    def tools(self) -> list[ToolSpec]:
+        """The tools of this session: the shared ones, then the task's own."""
+        return self._runner.run(self.aio.tools())
+
+    def call(self, name: str, input: Mapping[str, Any] | None = None) -> ToolResult:
+        """Run a tool; ``ok=False`` in the result (not an exception) for ORS logic failures."""
+        return self._runner.run(self.aio.call(name, input))
+
+    def close(self) -> None:
+        """Stop the pings and delete the session on the server (safe to call twice)."""
+        self._runner.run(self.aio.close())

@@ -1,0 +1,128 @@
+"""Retry rules and headers, against a real scripted HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx2
+import pytest
+
+import ors_lab as ol
+from ors_lab.client.policy import RetryPolicy, retry_after_seconds
+from tests.scripted_server import Answer, scripted_server
+
+OK = Answer(200, b'["lab"]')
+FAST = RetryPolicy(backoff=0.01)
+
+
+async def test_api_key_and_headers_are_sent() -> None:
+    """api_key goes out as X-API-Key and headers= on every request."""
+    with scripted_server(OK) as server:
+        async with ol.AsyncClient(server.url, api_key="k-123", headers={"X-Team": "rl"}) as client:
+            await client.environments()
+            await client.environments()
+    for seen in server.requests:
+        assert seen.headers["x-api-key"] == "k-123"
+        assert seen.headers["x-team"] == "rl"
+        assert seen.headers["user-agent"].startswith("ors-lab/")
+
+
+async def test_no_api_key_header_without_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a key (none given, none in ORS_API_KEY) no X-API-Key header is sent."""
+    monkeypatch.delenv("ORS_API_KEY", raising=False)
+    with scripted_server(OK) as server:
+        async with ol.AsyncClient(server.url) as client:
+            await client.environments()
+    assert "x-api-key" not in server.requests[0].headers
+
+
+@pytest.mark.parametrize("status", [429, 502, 503, 504])
+async def test_transient_statuses_are_retried_honouring_retry_after(status: int) -> None:
+    """429/502/503/504 are retried, waiting the Retry-After the server asked for."""
+    busy = Answer(status, b'{"detail":"busy"}', {"content-type": "application/json", "retry-after": "0.3"})
+    with scripted_server(busy, OK) as server:
+        async with ol.AsyncClient(server.url, retry=FAST) as client:
+            assert await client.environments() == ["lab"]
+    first, second = server.requests
+    assert second.at - first.at >= 0.29
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 422, 500])
+async def test_other_errors_are_final(status: int) -> None:
+    """4xx (but 429) and 500 are raised at once as ServerError, never retried."""
+    with scripted_server(Answer(status, b'{"detail":"no"}')) as server:
+        async with ol.AsyncClient(server.url, retry=FAST) as client:
+            with pytest.raises(ol.ServerError) as caught:
+                await client.environments()
+    assert len(server.requests) == 1
+    assert (caught.value.status_code, caught.value.detail) == (status, "no")
+
+
+async def test_retries_are_bounded() -> None:
+    """A server that stays at 503 gets `attempts` requests, then the error is raised."""
+    with scripted_server(Answer(503, b'{"detail":"down"}')) as server:
+        async with ol.AsyncClient(server.url, retry=RetryPolicy(attempts=3, backoff=0.01)) as client:
+            with pytest.raises(ol.ServerError):
+                await client.environments()
+    assert len(server.requests) == 3
+
+
+async def test_starting_environment_is_waited_out() -> None:
+    """openreward's 503 x-backend-state: starting is waited out beyond the normal attempts."""
+    starting = Answer(
+        503,
+        b'{"detail":"Environment still starting."}',
+        {"content-type": "application/json", "x-backend-state": "starting", "retry-after": "0.05"},
+    )
+    with scripted_server(starting, starting, starting, starting, OK) as server:
+        async with ol.AsyncClient(server.url, retry=RetryPolicy(attempts=2)) as client:
+            assert await client.environments() == ["lab"]
+    assert len(server.requests) == 5
+
+
+async def test_starting_wait_is_bounded() -> None:
+    """Past starting_timeout, EnvironmentStartingError is raised."""
+    starting = Answer(
+        503,
+        b'{"detail":"Environment still starting."}',
+        {"content-type": "application/json", "x-backend-state": "starting", "retry-after": "0.1"},
+    )
+    with scripted_server(starting) as server:
+        async with ol.AsyncClient(server.url, retry=RetryPolicy(starting_timeout=0.35)) as client:
+            with pytest.raises(ol.EnvironmentStartingError):
+                await client.environments()
+    assert len(server.requests) == 4
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_connection_refused_is_retried_then_stays_an_httpx_error() -> None:
+    """A refused connection (nothing sent) is retried, then surfaces as httpx2.ConnectError."""
+    started = time.monotonic()
+    async with ol.AsyncClient(f"http://127.0.0.1:{_closed_port()}", retry=RetryPolicy(backoff=0.1)) as client:
+        with pytest.raises(httpx2.ConnectError):
+            await client.environments()
+    assert time.monotonic() - started >= 0.3  # two backoffs: 0.1 s and 0.2 s
+
+
+async def test_non_sse_answer_to_call_is_malformed() -> None:
+    """A 200 /call answer that is not an SSE stream raises MalformedStreamError."""
+    with scripted_server(Answer(200, b'{"sid":"x"}'), Answer(200, b'{"ok":true}')) as server:
+        async with ol.AsyncClient(server.url) as client:
+            async with client.environment("lab").session(split="test", index=0) as session:
+                with pytest.raises(ol.MalformedStreamError, match="expected an SSE stream"):
+                    await session.call("step", {"value": 1})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("2", 2.0), ("0.5", 0.5), (None, None), ("soon", None), ("-3", 0.0), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0)],
+)
+def test_retry_after_parsing(value: str | None, expected: float | None) -> None:
+    """Retry-After is read as seconds or an HTTP date (in the past: 0); junk is ignored."""
+    assert retry_after_seconds(value) == expected

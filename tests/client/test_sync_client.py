@@ -1,0 +1,140 @@
+"""The sync Client: in scripts, inside a running loop (asyncio.run), and in a real Jupyter kernel."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import httpx2
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import ors_lab as ol
+from tests.envs import common
+
+
+def ping_status(url: str, sid: str) -> int:
+    """Status of a bare POST /ping for a session id, outside the client."""
+    return httpx2.post(f"{url}/ping", headers={"X-Session-ID": sid}).status_code
+
+
+def test_sync_client_mirrors_the_async_one() -> None:
+    """Client, Environment and Session have every public method of their async twins."""
+    pairs = [(ol.Client, ol.AsyncClient), (ol.Environment, ol.AsyncEnvironment), (ol.Session, ol.AsyncSession)]
+    for sync, aio in pairs:
+        public = {n for n in vars(aio) if not n.startswith("_")} - {"aclose"}
+        assert public <= set(dir(sync)), (sync, public - set(dir(sync)))
+
+
+def test_sync_episode(reference_server: Any) -> None:
+    """A whole episode through the sync client, on both servers, uses a private loop thread."""
+    with ol.Client(reference_server.url) as client:
+        assert client._runner.nested is False
+        assert client.environments() == common.ENV_NAMES
+        env = client.environment("lab")
+        assert env.num_tasks("test") == 2
+        assert [t.spec for t in env.tasks("test")] == common.LAB_TASKS["test"]
+        with env.session(split="test", index=0) as session:
+            assert session.prompt()[0].text == common.lab_prompt(common.LAB_TASKS["test"][0])
+            assert "submit" in [t.name for t in session.tools()]
+            result = session.call("submit", {"answer": "15"})
+        assert (result.reward, result.finished) == (1.0, True)
+        assert ping_status(reference_server.url, session.sid) == 404
+
+
+def test_sync_session_pings_while_the_script_is_idle(ors_sdk_server: Any) -> None:
+    """Between sync calls, with no loop running in the caller, the session keeps pinging."""
+    with ol.Client(ors_sdk_server.url, ping_interval=0.2) as client:
+        with client.environment("lab").session(split="test", index=0) as session:
+            time.sleep(1.0)
+            assert session.pings >= 3
+
+
+def test_keyboard_interrupt_deletes_the_session(ors_sdk_server: Any) -> None:
+    """Ctrl-C inside a session block still deletes the session on the server."""
+    with ol.Client(ors_sdk_server.url) as client:
+        with pytest.raises(KeyboardInterrupt):
+            with client.environment("lab").session(split="test", index=0) as session:
+                raise KeyboardInterrupt
+        assert session.closed
+        assert ping_status(ors_sdk_server.url, session.sid) == 404
+
+
+def test_keyboard_interrupt_during_a_call_deletes_the_session(ors_sdk_server: Any) -> None:
+    """Ctrl-C while a sync call waits on a slow tool cancels it and deletes the session."""
+    with ol.Client(ors_sdk_server.url) as client:
+        session = client.environment("lab").session(split="test", index=0)
+        timer = threading.Timer(0.5, lambda: __import__("_thread").interrupt_main())
+        with pytest.raises(KeyboardInterrupt), session:
+            timer.start()
+            session.call("slow", {"seconds": 20})
+        assert ping_status(ors_sdk_server.url, session.sid) == 404
+
+
+IN_A_RUNNING_LOOP = """
+import asyncio, sys
+import ors_lab as ol
+
+async def main():
+    with ol.Client(sys.argv[1], ping_interval=0.2) as client:
+        with client.environment("echo").session(split="dev", index=0) as session:
+            result = session.call("echo", {"text": "in a loop"})
+            await asyncio.sleep(1.0)  # the caller's loop is idle: pings run on it
+            print(client._runner.nested, result.text, session.pings, sep="|")
+
+asyncio.run(main())
+"""
+
+
+def test_sync_client_inside_a_running_loop(reference_server: Any) -> None:
+    """Inside asyncio.run, the sync client runs on that loop (nest_asyncio2) and keeps pinging.
+
+    It runs in a fresh interpreter: nest_asyncio2 patches asyncio for the whole process.
+    """
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", IN_A_RUNNING_LOOP, reference_server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    nested, text, pings = done.stdout.strip().split("|")
+    assert (nested, text) == ("True", "in a loop")
+    assert int(pings) >= 3
+
+
+KERNEL_SETUP = """
+import ors_lab as ol
+client = ol.Client({url!r}, ping_interval=0.5)
+session = client.environment("lab").session(split="test", index=0)
+session.open()
+print(client._runner.nested, session.call("submit", {{"answer": "15"}}))
+"""
+
+KERNEL_CHECK = """
+print(session.pings)
+session.close()
+client.close()
+"""
+
+
+def test_sync_client_in_a_jupyter_kernel(reference_server: Any) -> None:
+    """In a real kernel the sync client works, and pings go on while the kernel idles between cells."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(KERNEL_SETUP.format(url=reference_server.url)),
+        nbformat.v4.new_code_cell(KERNEL_CHECK),
+    ]
+    runner = NotebookClient(nb, kernel_name="python3", timeout=60)
+    with runner.setup_kernel():
+        runner.execute_cell(nb.cells[0], 0)
+        time.sleep(2.0)  # the kernel sits idle, as a notebook does between cells
+        runner.execute_cell(nb.cells[1], 1)
+    first = nb.cells[0].outputs[0]["text"]
+    assert first.strip() == "True ToolResult(ok=True, reward=1.0, finished=True, blocks=1)"
+    assert int(nb.cells[1].outputs[0]["text"]) >= 3
