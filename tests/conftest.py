@@ -1,0 +1,73 @@
+"""Shared fixtures: the two reference servers, the demo server and the cutting proxy.
+
+Servers are session-scoped and started lazily, once per test session, on 127.0.0.1:
+
+- `ors_sdk_server`, `openreward_server`: `tests/envs/*_envs.py` on each reference server.
+- `reference_server`: parametrised over both (ids `ors-sdk`, `openreward`).
+- `demo_server`: the bundled demo environments (`ors_lab.demo.env`) on ors-sdk.
+- `cutting_proxy`: a factory, `cutting_proxy(upstream_url, **options) -> CuttingProxy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ors_lab.demo.launch import ServerProcess, serve
+from tests.cutting_proxy import CuttingProxy
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SPECS = {
+    "ors-sdk": "tests.envs.ors_sdk_envs:ENVIRONMENTS",
+    "openreward": "tests.envs.openreward_envs:ENVIRONMENTS",
+}
+# The children import `tests.envs.*` from the repo root whatever directory pytest runs in.
+_CHILD_ENV = {"PYTHONPATH": str(REPO_ROOT)}
+
+
+@pytest.fixture(scope="session")
+def ors_sdk_server() -> Iterator[ServerProcess]:
+    """The test environments on the ors-sdk reference server."""
+    with serve(SPECS["ors-sdk"], sdk="ors-sdk", env=_CHILD_ENV) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def openreward_server() -> Iterator[ServerProcess]:
+    """The test environments on the openreward reference server."""
+    with serve(SPECS["openreward"], sdk="openreward", env=_CHILD_ENV) as server:
+        yield server
+
+
+@pytest.fixture(scope="session", params=["ors-sdk", "openreward"], ids=["ors-sdk", "openreward"])
+def reference_server(request: pytest.FixtureRequest) -> ServerProcess:
+    """Each reference server in turn (the same two processes as the single fixtures)."""
+    name = "ors_sdk_server" if request.param == "ors-sdk" else "openreward_server"
+    server: ServerProcess = request.getfixturevalue(name)
+    return server
+
+
+@pytest.fixture(scope="session")
+def demo_server() -> Iterator[ServerProcess]:
+    """The bundled demo environments (arithmetic, guessing) on the ors-sdk server."""
+    with serve() as server:
+        yield server
+
+
+@pytest.fixture
+def cutting_proxy() -> Iterator[Callable[..., CuttingProxy]]:
+    """A factory for started cutting proxies; each one is closed after the test."""
+    made: list[CuttingProxy] = []
+
+    def make(upstream_url: str, **options: Any) -> CuttingProxy:
+        """Start a CuttingProxy in front of `upstream_url` with the given options."""
+        proxy = CuttingProxy(upstream_url, **options).start()
+        made.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in made:
+        proxy.close()
