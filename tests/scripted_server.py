@@ -50,7 +50,9 @@ class ScriptedServer:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
                 owner.requests.append(
-                    Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
+                    Seen(
+                        self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()
+                    )
                 )
                 answer = owner.script.pop(0) if len(owner.script) > 1 else owner.script[0]
                 self.send_response(answer.status)
@@ -62,7 +64,7 @@ class ScriptedServer:
 
             do_GET = do_POST = _answer
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

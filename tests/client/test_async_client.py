@@ -50,7 +50,9 @@ async def test_stateless_endpoints(url: str) -> None:
     """splits, tasks, num_tasks, task (negative index), task_range and tools decode exactly."""
     async with ol.AsyncClient(url) as client:
         lab = client.environment("lab")
-        assert [(s.name, s.type) for s in await lab.splits()] == [(s["name"], s["type"]) for s in common.LAB_SPLITS_WIRE]
+        assert [(s.name, s.type) for s in await lab.splits()] == [
+            (s["name"], s["type"]) for s in common.LAB_SPLITS_WIRE
+        ]
         tasks = await lab.tasks("train")
         assert [t.spec for t in tasks] == common.LAB_TASKS["train"]
         assert all(t.environment == "lab" for t in tasks)
