@@ -22,6 +22,7 @@ class Answer:
     status: int = 200
     body: bytes = b'{"status":"ok"}'
     headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
+    stall: float = 0.0  # > 0: announce more bytes than the body, send the body, go silent, then hang up
 
 
 @dataclass
@@ -58,9 +59,13 @@ class ScriptedServer:
                 self.send_response(answer.status)
                 for key, value in answer.headers.items():
                     self.send_header(key, value)
-                self.send_header("content-length", str(len(answer.body)))
+                self.send_header("content-length", str(len(answer.body) + (100 if answer.stall else 0)))
                 self.end_headers()
                 self.wfile.write(answer.body)
+                if answer.stall:
+                    self.wfile.flush()
+                    time.sleep(answer.stall)
+                    self.close_connection = True
 
             do_GET = do_POST = _answer
 
@@ -70,7 +75,7 @@ class ScriptedServer:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     def start(self) -> None:
         self._thread.start()

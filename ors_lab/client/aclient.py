@@ -39,12 +39,12 @@ from ors_lab.protocol.errors import (
     SessionNotFoundError,
 )
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec, blocks_from_wire
-from ors_lab.protocol.sse import SSEComment, SSEDecoder
+from ors_lab.protocol.sse import SSEComment, SSEDecoder, SSEItem
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession", "EventSink"]
 
 DEFAULT_TIMEOUT = httpx2.Timeout(60.0, connect=10.0)
-"""Per request: 10 s to connect, 60 s for anything else (a /call stream uses ``heartbeat_timeout``)."""
+"""Per request: 10 s to connect, 60 s for anything else (including a /call's response to start)."""
 
 PING_INTERVAL = 10.0
 HEARTBEAT_TIMEOUT = 30.0
@@ -99,9 +99,7 @@ class AsyncClient:
             default_headers["X-API-Key"] = api_key
         default_headers.update(headers or {})
         self._timeout = timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(timeout)
-        self._stream_timeout = httpx2.Timeout(
-            connect=self._timeout.connect, read=heartbeat_timeout, write=self._timeout.write, pool=None
-        )
+        self.heartbeat_timeout = heartbeat_timeout
         self._http = httpx2.AsyncClient(
             headers=default_headers,
             timeout=self._timeout,
@@ -167,7 +165,7 @@ class AsyncClient:
             self.base_url + path,
             headers=headers,
             content=content,
-            timeout=self._stream_timeout if stream else self._timeout,
+            timeout=self._timeout,
         )
 
     async def _json(
@@ -350,37 +348,51 @@ class AsyncClient:
             decoder = SSEDecoder()
             emit = self.recorder.emit if self.recorder is not None else None
             chunks = response.aiter_bytes() if "content-encoding" in response.headers else response.aiter_raw()
-            async for chunk in chunks:
-                if emit is not None:
-                    emit("chunk", session_id=sid, attempt=attempt, call=call_number, size=len(chunk))
-                for item in decoder.feed(chunk):
-                    if emit is not None:
-                        if isinstance(item, SSEComment):
-                            emit("comment", session_id=sid, attempt=attempt, call=call_number, text=item.text)
-                        else:
-                            emit(
-                                "sse",
-                                session_id=sid,
-                                attempt=attempt,
-                                call=call_number,
-                                event=item.event,
-                                data=item.data,
-                                id=item.id,
-                                retry=item.retry,
-                            )
-                    result = assembler.feed(item)
-                    if result is not None:
-                        return result
+            loop = asyncio.get_running_loop()
+            heartbeat = self.heartbeat_timeout
+            try:
+                async with asyncio.timeout(heartbeat) as silence:
+                    async for chunk in chunks:
+                        silence.reschedule(loop.time() + heartbeat)
+                        if emit is not None:
+                            emit("chunk", session_id=sid, attempt=attempt, call=call_number, size=len(chunk))
+                        for item in decoder.feed(chunk):
+                            if emit is not None:
+                                self._emit_item(item, sid, attempt, call_number)
+                            result = assembler.feed(item)
+                            if result is not None:
+                                return result
+            except TimeoutError as exc:
+                raise httpx2.ReadTimeout(
+                    f"no bytes for {heartbeat:g} s on a /call stream (pings come every 10 s)", request=response.request
+                ) from exc
             return None
         finally:
             await response.aclose()
 
+    def _emit_item(self, item: SSEItem, sid: str, attempt: int, call_number: int) -> None:
+        if isinstance(item, SSEComment):
+            self._emit("comment", session_id=sid, attempt=attempt, call=call_number, text=item.text)
+        else:
+            self._emit(
+                "sse",
+                session_id=sid,
+                attempt=attempt,
+                call=call_number,
+                event=item.event,
+                data=item.data,
+                id=item.id,
+                retry=item.retry,
+            )
+
     async def _server_flavor(self) -> str:
         """``openreward`` when the server has ``/version`` (openreward's own route), else ``ors-sdk``."""
-        if self._flavor is None:
-            request = self._request("GET", "/version", None, None)
-            response = await self._http.send(request)
-            self._flavor = "openreward" if response.status_code == 200 else "ors-sdk"
+        attempt = 0
+        while self._flavor is None:
+            attempt += 1
+            response = await self._send(self._request("GET", "/version", None, None), None, attempt)
+            if response is not None:
+                self._flavor = "openreward" if response.status_code == 200 else "ors-sdk"
         return self._flavor
 
 
@@ -485,7 +497,13 @@ class AsyncSession:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.close()
+        if exc is None:
+            await self.close()
+            return
+        try:
+            await self.close()
+        except Exception as close_error:  # the block's own exception matters more; the server reaps in 900 s
+            exc.add_note(f"ors_lab: deleting session {self.sid} failed too: {close_error!r}")
 
     async def open(self) -> None:
         """Create the session on the server (one request) and start its keep-alive pings."""

@@ -168,7 +168,7 @@ class Session:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        self._runner.run(self.aio.__aexit__(exc_type, exc, tb))
 
     def open(self) -> None:
         """Create the session on the server and start its keep-alive pings."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -126,3 +127,52 @@ async def test_non_sse_answer_to_call_is_malformed() -> None:
 def test_retry_after_parsing(value: str | None, expected: float | None) -> None:
     """Retry-After is read as seconds or an HTTP date (in the past: 0); junk is ignored."""
     assert retry_after_seconds(value) == expected
+
+
+SSE = {"content-type": "text/event-stream; charset=utf-8"}
+TASK_ID = "0123456789abcdef0123456789abcdef"
+END = b'event: end\r\ndata: {"ok":true,"output":{"blocks":[],"metadata":null,"reward":0.5,"finished":false}}\r\n\r\n'
+
+
+async def test_silent_stream_counts_as_dropped_and_is_resumed() -> None:
+    """A /call stream silent past heartbeat_timeout after its task_id is resumed with that task_id."""
+    announced = f"event: task_id\r\ndata: {TASK_ID}\r\n\r\n".encode()
+    script = [
+        Answer(200, b'{"sid":"s"}'),
+        Answer(200, announced, SSE, stall=3.0),
+        Answer(200, announced + END, SSE),
+        Answer(200, b'{"sid":"s"}'),
+    ]
+    with scripted_server(*script) as server:
+        async with ol.AsyncClient(server.url, heartbeat_timeout=0.3, retry=FAST) as client:
+            async with client.environment("lab").session(split="test", index=0) as session:
+                started = time.monotonic()
+                result = await session.call("step", {"value": 1})
+                assert time.monotonic() - started < 2.0
+    assert (result.reward, result.task_id) == (0.5, TASK_ID)
+    calls = [json.loads(seen.body) for seen in server.requests if seen.path == "/lab/call"]
+    assert calls == [
+        {"name": "step", "input": {"value": 1}},
+        {"name": "step", "input": {"value": 1}, "task_id": TASK_ID},
+    ]
+
+
+async def test_silent_stream_before_task_id_is_outcome_unknown() -> None:
+    """A /call stream silent before any task_id is not re-sent: OutcomeUnknownError."""
+    script = [Answer(200, b'{"sid":"s"}'), Answer(200, b": hello\r\n\r\n", SSE, stall=3.0), Answer(200, b"{}")]
+    with scripted_server(*script) as server:
+        async with ol.AsyncClient(server.url, heartbeat_timeout=0.3, retry=FAST) as client:
+            async with client.environment("lab").session(split="test", index=0) as session:
+                with pytest.raises(ol.OutcomeUnknownError):
+                    await session.call("step", {"value": 1})
+    assert [seen.path for seen in server.requests].count("/lab/call") == 1
+
+
+async def test_close_failure_does_not_hide_the_blocks_error() -> None:
+    """If deleting the session fails while an exception leaves the block, that exception wins."""
+    with scripted_server(Answer(200, b'{"sid":"s"}'), Answer(400, b'{"detail":"cannot delete"}')) as server:
+        async with ol.AsyncClient(server.url) as client:
+            with pytest.raises(RuntimeError, match="agent bug") as caught:
+                async with client.environment("lab").session(split="test", index=0):
+                    raise RuntimeError("agent bug")
+    assert "deleting session" in "".join(caught.value.__notes__)
