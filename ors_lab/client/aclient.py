@@ -47,6 +47,8 @@ DEFAULT_TIMEOUT = httpx2.Timeout(60.0, connect=10.0)
 """Per request: 10 s to connect, 60 s for anything else (including a /call's response to start)."""
 
 PING_INTERVAL = 10.0
+DRAIN_TIMEOUT = 1.0
+"""After `end`, how long to wait for the body to finish before closing the connection instead."""
 HEARTBEAT_TIMEOUT = 30.0
 """A /call stream silent this long (three missed pings) counts as dropped, and is resumed."""
 
@@ -57,8 +59,9 @@ SESSION_NOT_FOUND = "Active environment not found"
 class EventSink(Protocol):
     """What ``recorder=`` takes: one call per wire event, in the order they happen.
 
-    ``kind`` is one of ``request``, ``response``, ``chunk``, ``sse``, ``comment``, ``retry``,
-    ``disconnect``, ``session``; ``fields`` carry the details (``session_id``, ``attempt``, ...).
+    ``kind`` is one of ``request``, ``response``, ``chunk``, ``event``, ``comment``, ``retry``,
+    ``disconnect``, ``result``, ``call_error``, ``open``, ``ping``, ``close``; ``fields`` are the
+    trace columns of ``docs/trace-format.md`` (``session_id``, ``attempt``, ``call``, ...).
     """
 
     def emit(self, kind: str, /, **fields: Any) -> None: ...
@@ -194,17 +197,27 @@ class AsyncClient:
                 raise self._error(response, session_id)
             if response.status_code == 503:
                 waited_starting += wait
-            self._emit("retry", session_id=session_id, attempt=attempt, reason=response.status_code, backoff=wait)
+            self._emit("retry", session_id=session_id, attempt=attempt, reason=str(response.status_code), backoff=wait)
             await asyncio.sleep(wait)
 
     async def _send(
-        self, request: httpx2.Request, session_id: str | None, attempt: int, *, stream: bool = False
+        self,
+        request: httpx2.Request,
+        session_id: str | None,
+        attempt: int,
+        *,
+        stream: bool = False,
+        call: int | None = None,
     ) -> httpx2.Response | None:
-        """Send; on a failure before sending, wait and return None (the caller tries again)."""
+        """Send; on a failure before sending, wait and return None (the caller tries again).
+
+        With ``stream=False`` the body is read before returning.
+        """
         self._emit(
             "request",
             session_id=session_id,
             attempt=attempt,
+            call=call,
             method=request.method,
             url=str(request.url),
             headers=request.headers,
@@ -212,21 +225,30 @@ class AsyncClient:
         )
         started = time.monotonic_ns()
         try:
-            response = await self._http.send(request, stream=stream)
+            response = await self._http.send(request, stream=True)
         except BEFORE_SENDING as exc:
             if attempt >= self.retry.attempts:
                 raise
             wait = self.retry.backoff_for(attempt)
-            self._emit("retry", session_id=session_id, attempt=attempt, reason=type(exc).__name__, backoff=wait)
+            self._emit(
+                "retry", session_id=session_id, attempt=attempt, call=call, reason=type(exc).__name__, backoff=wait
+            )
             await asyncio.sleep(wait)
             return None
+        ttfb_ns = time.monotonic_ns() - started
+        if not stream:
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
         self._emit(
             "response",
             session_id=session_id,
             attempt=attempt,
+            call=call,
             status=response.status_code,
             headers=response.headers,
-            ttfb_ns=time.monotonic_ns() - started,
+            ttfb_ns=ttfb_ns,
             body=None if stream else response.content,
         )
         return response
@@ -253,20 +275,48 @@ class AsyncClient:
         return ServerError(message, status_code=status, detail=detail, **context)
 
     async def _call(self, session: AsyncSession, name: str, tool_input: Mapping[str, Any]) -> ToolResult:
-        """One ``/call``: send, assemble the stream, resume it with its task_id if it drops."""
+        """One ``/call``, recorded as a ``result`` or ``call_error`` row at its end."""
+        call_number = session._next_call()
+        try:
+            result = await self._call_attempts(session, name, tool_input, call_number)
+        except (ORSError, httpx2.HTTPError) as exc:
+            self._emit(
+                "call_error",
+                session_id=session.sid,
+                call=call_number,
+                task_id=getattr(exc, "task_id", None),
+                error=f"{type(exc).__name__}: {getattr(exc, 'message', exc)}",
+            )
+            raise
+        self._emit(
+            "result",
+            session_id=session.sid,
+            call=call_number,
+            task_id=result.task_id,
+            ok=result.ok,
+            reward=result.reward,
+            finished=result.finished,
+            error=result.error,
+            reason=result.reason,
+        )
+        return result
+
+    async def _call_attempts(
+        self, session: AsyncSession, name: str, tool_input: Mapping[str, Any], call_number: int
+    ) -> ToolResult:
+        """Send, assemble the stream, resume it with its task_id if it drops."""
         sid, path = session.sid, f"/{session.environment}/call"
         body: dict[str, Any] = {"name": name, "input": dict(tool_input)}
         task_id: str | None = None
         attempt = resumes = 0
         waited_starting = 0.0
-        call_number = session._next_call()
         while True:
             attempt += 1
             request = self._request(
                 "POST", path, body if task_id is None else {**body, "task_id": task_id}, sid, stream=True
             )
             try:
-                response = await self._send(request, sid, attempt, stream=True)
+                response = await self._send(request, sid, attempt, stream=True, call=call_number)
             except BEFORE_SENDING:
                 raise
             except httpx2.TransportError as exc:
@@ -277,7 +327,7 @@ class AsyncClient:
                         session_id=sid,
                         request=request,
                     ) from exc
-                resumes = await self._before_resume(sid, task_id, request, resumes, exc, attempt)
+                resumes = await self._before_resume(sid, task_id, request, resumes, exc, attempt, call_number)
                 continue
             if response is None:
                 continue
@@ -288,7 +338,14 @@ class AsyncClient:
                     raise self._error(response, sid, task_id)
                 if response.status_code == 503:
                     waited_starting += wait
-                self._emit("retry", session_id=sid, attempt=attempt, reason=response.status_code, backoff=wait)
+                self._emit(
+                    "retry",
+                    session_id=sid,
+                    attempt=attempt,
+                    call=call_number,
+                    reason=str(response.status_code),
+                    backoff=wait,
+                )
                 await asyncio.sleep(wait)
                 continue
             assembler = CallAssembler(task_id)
@@ -300,7 +357,13 @@ class AsyncClient:
                 exc.task_id = exc.task_id or assembler.task_id
                 raise
             except httpx2.TransportError as exc:
-                self._emit("disconnect", session_id=sid, attempt=attempt, error=f"{type(exc).__name__}: {exc}")
+                self._emit(
+                    "disconnect",
+                    session_id=sid,
+                    attempt=attempt,
+                    call=call_number,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
                 result, drop = None, exc
             if result is not None:
                 return result
@@ -312,7 +375,7 @@ class AsyncClient:
                     session_id=sid,
                     request=request,
                 ) from drop
-            resumes = await self._before_resume(sid, task_id, request, resumes, drop, attempt)
+            resumes = await self._before_resume(sid, task_id, request, resumes, drop, attempt, call_number)
 
     async def _before_resume(
         self,
@@ -322,6 +385,7 @@ class AsyncClient:
         resumes: int,
         cause: BaseException | None,
         attempt: int,
+        call_number: int,
     ) -> int:
         resumes += 1
         if resumes > self.retry.resume_attempts:
@@ -332,7 +396,9 @@ class AsyncClient:
                 request=request,
             ) from cause
         wait = self.retry.backoff_for(resumes)
-        self._emit("retry", session_id=sid, attempt=attempt, reason="resume", task_id=task_id, backoff=wait)
+        self._emit(
+            "retry", session_id=sid, attempt=attempt, call=call_number, reason="resume", task_id=task_id, backoff=wait
+        )
         await asyncio.sleep(wait)
         return resumes
 
@@ -350,39 +416,50 @@ class AsyncClient:
             chunks = response.aiter_bytes() if "content-encoding" in response.headers else response.aiter_raw()
             loop = asyncio.get_running_loop()
             heartbeat = self.heartbeat_timeout
+            result: ToolResult | None = None
             try:
                 async with asyncio.timeout(heartbeat) as silence:
                     async for chunk in chunks:
-                        silence.reschedule(loop.time() + heartbeat)
+                        if result is None:
+                            silence.reschedule(loop.time() + heartbeat)
                         if emit is not None:
                             emit("chunk", session_id=sid, attempt=attempt, call=call_number, size=len(chunk))
                         for item in decoder.feed(chunk):
                             if emit is not None:
                                 self._emit_item(item, sid, attempt, call_number)
-                            result = assembler.feed(item)
-                            if result is not None:
-                                return result
+                            if result is None:
+                                result = assembler.feed(item)
+                                if result is not None:
+                                    # read on to the end of the body (the server closes it right after
+                                    # `end`), so the connection goes back to the pool instead of closing
+                                    silence.reschedule(loop.time() + DRAIN_TIMEOUT)
+            except httpx2.TransportError:
+                if result is not None:
+                    return result  # the body broke after `end`: the result is whole
+                raise
             except TimeoutError as exc:
+                if result is not None:
+                    return result
                 raise httpx2.ReadTimeout(
                     f"no bytes for {heartbeat:g} s on a /call stream (pings come every 10 s)", request=response.request
                 ) from exc
-            return None
+            return result
         finally:
             await response.aclose()
 
     def _emit_item(self, item: SSEItem, sid: str, attempt: int, call_number: int) -> None:
         if isinstance(item, SSEComment):
-            self._emit("comment", session_id=sid, attempt=attempt, call=call_number, text=item.text)
+            self._emit("comment", session_id=sid, attempt=attempt, call=call_number, comment=item.text)
         else:
             self._emit(
-                "sse",
+                "event",
                 session_id=sid,
                 attempt=attempt,
                 call=call_number,
                 event=item.event,
                 data=item.data,
-                id=item.id,
-                retry=item.retry,
+                sse_id=item.id or None,
+                retry_ms=item.retry,
             )
 
     async def _server_flavor(self) -> str:
@@ -531,12 +608,11 @@ class AsyncSession:
             raise
         self._state = "open"
         self.client._emit(
-            "session",
+            "open",
             session_id=self.sid,
-            action="open",
             environment=self.environment,
             split=self.split,
-            index=self.index,
+            task_index=self.index,
             task=None if self.task is None else self.task.spec,
         )
         self._pinger = asyncio.create_task(self._keep_alive(), name=f"ors-lab ping {self.sid}")
@@ -556,7 +632,7 @@ class AsyncSession:
         """Tell the server the session is in use (the keep-alive task does this every 10 s)."""
         await self.client._json("POST", "/ping", session_id=self.sid)
         self.pings += 1
-        self.client._emit("session", session_id=self.sid, action="ping")
+        self.client._emit("ping", session_id=self.sid)
 
     def _check(self) -> None:
         if self._dead is not None:
@@ -599,4 +675,4 @@ class AsyncSession:
         try:
             await self.client._json("POST", "/delete", session_id=self.sid)
         finally:
-            self.client._emit("session", session_id=self.sid, action="close")
+            self.client._emit("close", session_id=self.sid)

@@ -297,7 +297,7 @@ async def test_slow_tool_streams_pings_and_session_keeps_alive(url: str) -> None
     assert result.text == "slept"
     comments = sink.kinds("comment")
     assert len(comments) >= 1
-    assert comments[0]["text"].startswith(" ping - ")
+    assert comments[0]["comment"].startswith(" ping - ")
 
 
 async def test_stream_cut_after_task_id_is_resumed_and_tool_runs_once(url: str, cutting_proxy: Any) -> None:
