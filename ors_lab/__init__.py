@@ -1,7 +1,10 @@
 """ors_lab: Open Reward Standard (ORS) environments, workable from Jupyter.
 
-``Client`` / ``AsyncClient`` drive sessions; the models and errors are the protocol's own.
+``Client`` / ``AsyncClient`` drive sessions; the models and errors are the protocol's own;
+``Recorder`` and ``load_trace`` write and read traces (loaded on first use: pyarrow is heavy).
 """
+
+from typing import TYPE_CHECKING, Any
 
 from ors_lab.client import (
     AsyncClient,
@@ -30,8 +33,25 @@ from ors_lab.protocol import (
     ToolOutput,
     ToolResult,
     ToolSpec,
+    TraceFormatError,
     UnknownTaskError,
 )
+
+if TYPE_CHECKING:
+    from ors_lab.recording import Recorder, Trace, load_trace
+
+_LAZY = {"Recorder": "ors_lab.recording", "Trace": "ors_lab.recording", "load_trace": "ors_lab.recording"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ors_lab' has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 
@@ -46,6 +66,7 @@ __all__ = [
     "MalformedStreamError",
     "ORSError",
     "OutcomeUnknownError",
+    "Recorder",
     "ResumeFailedError",
     "RetryPolicy",
     "ServerError",
@@ -60,6 +81,9 @@ __all__ = [
     "ToolOutput",
     "ToolResult",
     "ToolSpec",
+    "Trace",
+    "TraceFormatError",
     "UnknownTaskError",
     "__version__",
+    "load_trace",
 ]

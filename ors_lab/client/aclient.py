@@ -26,6 +26,7 @@ from typing import Any, Protocol, Self
 import httpx2
 
 from ors_lab.client.policy import BEFORE_SENDING, RetryPolicy
+from ors_lab.client.tap import SSETap
 from ors_lab.client.transport import AiohttpTransport
 from ors_lab.protocol.call import CallAssembler
 from ors_lab.protocol.errors import (
@@ -39,7 +40,6 @@ from ors_lab.protocol.errors import (
     SessionNotFoundError,
 )
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec, blocks_from_wire
-from ors_lab.protocol.sse import SSEComment, SSEDecoder, SSEItem
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession", "EventSink"]
 
@@ -411,56 +411,35 @@ class AsyncClient:
             if not content_type.startswith("text/event-stream"):
                 await response.aread()
                 raise MalformedStreamError(f"expected an SSE stream, got {content_type!r}: {response.text[:200]!r}")
-            decoder = SSEDecoder()
-            emit = self.recorder.emit if self.recorder is not None else None
+            tap = SSETap(self._emit if self.recorder is not None else None, assembler,
+                         session_id=sid, attempt=attempt, call=call_number)  # fmt: skip
             chunks = response.aiter_bytes() if "content-encoding" in response.headers else response.aiter_raw()
             loop = asyncio.get_running_loop()
             heartbeat = self.heartbeat_timeout
-            result: ToolResult | None = None
             try:
                 async with asyncio.timeout(heartbeat) as silence:
                     async for chunk in chunks:
-                        if result is None:
+                        if tap.result is None:
                             silence.reschedule(loop.time() + heartbeat)
-                        if emit is not None:
-                            emit("chunk", session_id=sid, attempt=attempt, call=call_number, size=len(chunk))
-                        for item in decoder.feed(chunk):
-                            if emit is not None:
-                                self._emit_item(item, sid, attempt, call_number)
-                            if result is None:
-                                result = assembler.feed(item)
-                                if result is not None:
-                                    # read on to the end of the body (the server closes it right after
-                                    # `end`), so the connection goes back to the pool instead of closing
-                                    silence.reschedule(loop.time() + DRAIN_TIMEOUT)
+                            if tap.feed(chunk) is not None:
+                                # read on to the end of the body (the server closes it right after
+                                # `end`), so the connection goes back to the pool instead of closing
+                                silence.reschedule(loop.time() + DRAIN_TIMEOUT)
+                        else:
+                            tap.feed(chunk)
             except httpx2.TransportError:
-                if result is not None:
-                    return result  # the body broke after `end`: the result is whole
+                if tap.result is not None:
+                    return tap.result  # the body broke after `end`: the result is whole
                 raise
             except TimeoutError as exc:
-                if result is not None:
-                    return result
+                if tap.result is not None:
+                    return tap.result
                 raise httpx2.ReadTimeout(
                     f"no bytes for {heartbeat:g} s on a /call stream (pings come every 10 s)", request=response.request
                 ) from exc
-            return result
+            return tap.result
         finally:
             await response.aclose()
-
-    def _emit_item(self, item: SSEItem, sid: str, attempt: int, call_number: int) -> None:
-        if isinstance(item, SSEComment):
-            self._emit("comment", session_id=sid, attempt=attempt, call=call_number, comment=item.text)
-        else:
-            self._emit(
-                "event",
-                session_id=sid,
-                attempt=attempt,
-                call=call_number,
-                event=item.event,
-                data=item.data,
-                sse_id=item.id or None,
-                retry_ms=item.retry,
-            )
 
     async def _server_flavor(self) -> str:
         """``openreward`` when the server has ``/version`` (openreward's own route), else ``ors-sdk``."""

@@ -12,6 +12,7 @@ from ors_lab.protocol.errors import (
     SessionNotFoundError,
     StreamError,
     ToolError,
+    TraceFormatError,
     UnknownTaskError,
 )
 from ors_lab.protocol.models import (
@@ -52,5 +53,6 @@ __all__ = [
     "ToolOutput",
     "ToolResult",
     "ToolSpec",
+    "TraceFormatError",
     "UnknownTaskError",
 ]

@@ -13,7 +13,8 @@
     │   ├── ResumeFailedError       dropped after `task_id`, and every resume with that task_id failed too
     │   └── OutcomeUnknownError     dropped after the request may have reached the server, before any
     │                               `task_id`: the tool may or may not have run, so it is not sent again
-    └── SessionClosedError          the session was closed (or found dead) before this use
+    ├── SessionClosedError          the session was closed (or found dead) before this use
+    └── TraceFormatError            a trace is missing, unreadable, or not an ors_lab trace of this version
 
 Network failures the retries could not mend stay httpx2 errors (``httpx2.ConnectError`` and kin).
 An ORS *logic* failure (unknown tool, invalid input, finished episode) is not an exception: it is a
@@ -35,6 +36,7 @@ __all__ = [
     "SessionNotFoundError",
     "StreamError",
     "ToolError",
+    "TraceFormatError",
     "UnknownTaskError",
 ]
 
@@ -134,3 +136,7 @@ class OutcomeUnknownError(StreamError):
 
 class SessionClosedError(ORSError):
     """The session is closed, or was found dead (for example reaped by the server)."""
+
+
+class TraceFormatError(ORSError):
+    """A trace is missing, unreadable, not an ors_lab trace, or of a schema version this one cannot read."""

@@ -1,0 +1,74 @@
+"""Serving our own ASGI apps (the recording proxy, the replay server) with uvicorn on 127.0.0.1.
+
+``serve_app(app)`` runs uvicorn in a background thread with its own event loop for the duration of
+a ``with`` block and yields the base URL; ``run_app(app)`` serves in the foreground until SIGINT or
+SIGTERM (the command line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["HOST", "run_app", "serve_app"]
+
+HOST = "127.0.0.1"
+
+
+def _config(app: Any, port: int) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=HOST,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="auto",
+        timeout_keep_alive=60,
+        timeout_graceful_shutdown=2,
+    )
+
+
+@contextlib.contextmanager
+def serve_app(app: Any, *, port: int = 0, startup_timeout: float = 10.0) -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1 (``port=0``: a free port) in a thread; yield ``http://127.0.0.1:PORT``."""
+    import uvicorn
+
+    server = uvicorn.Server(_config(app, port))
+    thread = threading.Thread(target=server.run, name="ors-lab-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"the server did not start on {HOST}:{port}")
+        time.sleep(0.01)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{HOST}:{bound}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def run_app(app: Any, *, port: int, on_ready: Any = None) -> None:
+    """Serve ``app`` on 127.0.0.1 in the foreground until SIGINT or SIGTERM."""
+    import asyncio
+
+    import uvicorn
+
+    server = uvicorn.Server(_config(app, port))
+
+    async def main() -> None:
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():  # noqa: ASYNC110  uvicorn offers no start event
+            await asyncio.sleep(0.01)
+        if server.started and on_ready is not None:
+            on_ready(f"http://{HOST}:{server.servers[0].sockets[0].getsockname()[1]}")
+        await task
+
+    asyncio.run(main())

@@ -1,0 +1,207 @@
+"""A recording reverse proxy: any ORS client's traffic, recorded into the same trace format.
+
+The official SDKs speak aiohttp, which no httpx hook can see; pointed at this proxy instead of the
+server, they are recorded like our own client: requests, responses, every network chunk, SSE event
+and comment, results, and the session steps (open on ``/create``, ping, close on ``/delete``).
+Bodies stream through as they arrive (pings and chunks reach the client when the server sends
+them); nothing is buffered but plain JSON answers. Redirects are passed back, not followed.
+
+``ors-lab proxy UPSTREAM --port P --out TRACE`` runs it from the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx2
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from ors_lab.asgi import serve_app
+from ors_lab.client.tap import SSETap
+from ors_lab.client.transport import AiohttpTransport
+from ors_lab.protocol.call import CallAssembler
+from ors_lab.protocol.errors import ORSError
+from ors_lab.recording.recorder import Recorder
+
+__all__ = ["RecordingProxy", "serve_proxy"]
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+class RecordingProxy:
+    """The proxy's state: upstream, recorder, call numbering per session, and the ASGI ``app``."""
+
+    def __init__(self, upstream: str, recorder: Recorder) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.recorder = recorder
+        self._http: httpx2.AsyncClient | None = None
+        self._calls: dict[str | None, int] = {}
+        self._tasks: dict[str, tuple[int, int]] = {}  # task_id -> (call, attempts so far)
+        self._redirected: dict[str | None, tuple[int, int]] = {}  # a /call answered 3xx: its next attempt
+        self._default_env: str | None = None
+        self.app = Starlette(routes=[Route("/{path:path}", self._handle, methods=METHODS)], lifespan=self._lifespan)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        yield
+        await self.aclose()
+
+    def _client(self) -> httpx2.AsyncClient:
+        if self._http is None:
+            self._http = httpx2.AsyncClient(
+                transport=AiohttpTransport(), timeout=httpx2.Timeout(None, connect=10.0), follow_redirects=False
+            )
+        return self._http
+
+    async def _handle(self, request: Request) -> Response:
+        emit = self.recorder.emit
+        body = await request.body()
+        path = request.url.path
+        url = self.upstream + path + (f"?{request.url.query}" if request.url.query else "")
+        sid = request.headers.get("x-session-id", "").strip() or None
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
+        call = attempt = None
+        task_id: str | None = None
+        if request.method == "POST" and path.endswith("/call"):
+            call, attempt, task_id = self._number_call(sid, body)
+        context = {"session_id": sid, "call": call, "attempt": attempt}
+        emit("request", method=request.method, url=url, headers=headers, body=body, **context)
+        upstream = self._client().build_request(request.method, url, headers=headers, content=body)
+        started = time.monotonic_ns()
+        try:
+            response = await self._client().send(upstream, stream=True)
+        except httpx2.HTTPError as exc:
+            emit("disconnect", error=f"{type(exc).__name__}: {exc}", **context)
+            detail = json.dumps({"detail": f"ors-lab proxy: upstream failed: {type(exc).__name__}: {exc}"})
+            return Response(detail, status_code=502, media_type="application/json")
+        ttfb_ns = time.monotonic_ns() - started
+        out_headers = {k: v for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP}
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            emit("response", status=response.status_code, headers=response.headers, ttfb_ns=ttfb_ns, **context)
+            return StreamingResponse(
+                self._stream(response, call, task_id, context), status_code=response.status_code, headers=out_headers
+            )
+        try:
+            content = await response.aread()
+        finally:
+            await response.aclose()
+        emit("response", status=response.status_code, headers=response.headers, ttfb_ns=ttfb_ns, body=content,
+             **context)  # fmt: skip
+        if response.status_code < 300 and sid is not None:
+            await self._session_step(path, sid, body)
+        elif 300 <= response.status_code < 400 and call is not None and attempt is not None:
+            self._redirected[sid] = (call, attempt)
+        return Response(content, status_code=response.status_code, headers=out_headers)
+
+    def _number_call(self, sid: str | None, body: bytes) -> tuple[int, int, str | None]:
+        """A new call gets the session's next number; a resume (body with task_id) keeps its call's."""
+        try:
+            task_id = json.loads(body).get("task_id")
+        except (ValueError, AttributeError):
+            task_id = None
+        if sid in self._redirected:  # the client follows the redirect: the same call, one attempt on
+            call, attempts = self._redirected.pop(sid)
+            return call, attempts + 1, task_id
+        if task_id is not None and task_id in self._tasks:
+            call, attempts = self._tasks[task_id]
+            self._tasks[task_id] = (call, attempts + 1)
+            return call, attempts + 1, task_id
+        call = self._calls.get(sid, 0) + 1
+        self._calls[sid] = call
+        return call, 1, task_id
+
+    async def _stream(
+        self, response: httpx2.Response, call: int | None, task_id: str | None, context: dict[str, Any]
+    ) -> AsyncIterator[bytes]:
+        emit = self.recorder.emit
+        tap = SSETap(emit, CallAssembler(task_id) if call is not None else None, **context)
+        failed = False
+        try:
+            async for chunk in response.aiter_raw():
+                try:
+                    result = tap.feed(chunk)
+                except ORSError as exc:
+                    result, failed = None, True
+                    emit("call_error", task_id=exc.task_id, error=f"{type(exc).__name__}: {exc.message}",
+                         **_call_context(context))  # fmt: skip
+                if tap.assembler is not None and tap.assembler.task_id and call is not None:
+                    self._tasks.setdefault(tap.assembler.task_id, (call, context["attempt"] or 1))
+                if result is not None:
+                    emit("result", task_id=result.task_id, ok=result.ok, reward=result.reward,
+                         finished=result.finished, error=result.error, reason=result.reason,
+                         **_call_context(context))  # fmt: skip
+                yield chunk
+            if call is not None and tap.result is None and not failed:
+                emit("disconnect", error="the stream ended before end or error", **context)
+        except httpx2.HTTPError as exc:
+            emit("disconnect", error=f"{type(exc).__name__}: {exc}", **context)
+            raise
+        finally:
+            await response.aclose()
+
+    async def _session_step(self, path: str, sid: str, body: bytes) -> None:
+        emit = self.recorder.emit
+        if path == "/create":
+            spec = _json_object(body)
+            environment = spec.get("env_name") or await self._default_environment()
+            emit("open", session_id=sid, environment=environment, split=spec.get("split"),
+                 task_index=spec.get("index"), task=spec.get("task_spec"))  # fmt: skip
+        elif path == "/ping":
+            emit("ping", session_id=sid)
+        elif path == "/delete":
+            emit("close", session_id=sid)
+
+    async def _default_environment(self) -> str | None:
+        """The server's default environment (the first it lists), for /create bodies that name none."""
+        if self._default_env is None:
+            with contextlib.suppress(httpx2.HTTPError, ValueError, IndexError):
+                names = (await self._client().get(self.upstream + "/list_environments")).json()
+                self._default_env = str(names[0])
+        return self._default_env
+
+    async def aclose(self) -> None:
+        """Close the upstream connections (the app's lifespan does this at shutdown)."""
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
+
+
+def _call_context(context: dict[str, Any]) -> dict[str, Any]:
+    return {"session_id": context["session_id"], "call": context["call"]}
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(body or b"{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+@contextlib.contextmanager
+def serve_proxy(upstream: str, recorder: Recorder, *, port: int = 0) -> Iterator[str]:
+    """Run the recording proxy on 127.0.0.1 for a ``with`` block; yields its URL."""
+    proxy = RecordingProxy(upstream, recorder)
+    with serve_app(proxy.app, port=port) as url:
+        yield url

@@ -1,0 +1,121 @@
+"""The recording proxy: any client's traffic into the trace format, streamed through unbuffered."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import ors_lab as ol
+from ors_lab.recording.proxy import serve_proxy
+from tests import official
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_official(sdk: str, url: str, *flags: str) -> list[Any]:
+    """The scripted session of tests/official.py, run by an official client in its own process."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.official", sdk, url, *flags],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def plain(values: Any) -> list[Any]:
+    return [None if pd.isna(value) else value for value in values]
+
+
+@pytest.mark.parametrize(
+    ("sdk", "flags"),
+    [("ors-sdk", ()), ("openreward", ()), ("openreward", ("--no-variant",))],
+    ids=["ors-sdk", "openreward", "openreward-redirects"],
+)
+def test_official_client_through_the_proxy(
+    request: pytest.FixtureRequest, tmp_path: Path, sdk: str, flags: tuple[str, ...]
+) -> None:
+    """An official client gets the same results through the proxy, and the trace holds every call."""
+    reference_server = request.getfixturevalue(f"{sdk.replace('-', '_')}_server")
+    direct = run_official(sdk, reference_server.url, *flags)
+    path = tmp_path / "proxy.parquet"
+    with ol.Recorder(path) as rec, serve_proxy(reference_server.url, rec) as url:
+        proxied = run_official(sdk, url, *flags)
+    assert proxied == direct
+    trace = ol.load_trace(path)
+    calls = trace.calls
+    assert list(calls["tool"]) == [name for name, _ in official.CALLS]
+    outcomes = direct[3:]
+    assert plain(calls["reward"]) == [o.get("reward") for o in outcomes]
+    assert plain(calls["finished"]) == [o.get("finished", False) for o in outcomes]
+    assert plain(calls["ok"]) == ["raised" not in o for o in outcomes]
+    events = trace.events
+    for call in calls["call"]:
+        names = list(events[(events["call"] == call) & (events["kind"] == "event")]["event"])
+        assert names[0] == "task_id"
+        assert names[-1] == "end"
+    sessions = trace.sessions
+    lab = sessions[sessions["environment"] == "lab"]
+    assert len(lab) == 1
+    assert lab.iloc[0]["calls"] == len(official.CALLS)
+    assert lab.iloc[0]["closed"] is not None
+    if flags:
+        assert (events["status"] == 308).sum() >= 1  # the redirects went back to the client
+
+
+@pytest.mark.slow
+async def test_pings_stream_through_unbuffered(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """A ping reaches the client through the proxy when the server sends it, not at the end."""
+    seen: list[tuple[str, float]] = []
+
+    class Sink:
+        def emit(self, kind: str, /, **fields: Any) -> None:
+            seen.append((kind, time.monotonic()))
+
+    with ol.Recorder(tmp_path / "proxy.parquet") as rec, serve_proxy(ors_sdk_server.url, rec) as url:
+        async with ol.AsyncClient(url, recorder=Sink()) as client:
+            async with client.environment("lab").session(split="test", index=0) as session:
+                started = time.monotonic()
+                result = await session.call("slow", {"seconds": 12})
+    assert result.text == "slept"
+    ping_at = next(at for kind, at in seen if kind == "comment") - started
+    end_at = next(at for kind, at in seen if kind == "result") - started
+    assert 9.5 < ping_at < 11.0
+    assert end_at > 11.9
+    trace = ol.load_trace(tmp_path / "proxy.parquet")
+    assert trace.calls.loc[0, "pings"] == 1
+
+
+async def test_errors_pass_through_and_are_recorded(reference_server: Any, tmp_path: Path) -> None:
+    """HTTP errors reach the client as the server sent them, and the trace keeps them."""
+    path = tmp_path / "proxy.parquet"
+    with ol.Recorder(path) as rec, serve_proxy(reference_server.url, rec) as url:
+        async with ol.AsyncClient(url) as client:
+            with pytest.raises(ol.ServerError) as caught:
+                await client.environment("lab").tasks("nope")
+            async with client.environment("lab").session(split="test", index=0) as session:
+                with pytest.raises(ol.ToolError):
+                    await session.call("crash")
+    assert (caught.value.status_code, caught.value.detail) == (400, "Invalid split")
+    events = ol.load_trace(path).events
+    assert 400 in set(events["status"].dropna())
+    assert list(events[events["kind"] == "call_error"]["tool"]) == ["crash"]
+
+
+def test_upstream_down_is_a_502(tmp_path: Path) -> None:
+    """With nothing listening upstream the proxy answers 502 and records the failure."""
+    path = tmp_path / "proxy.parquet"
+    with ol.Recorder(path) as rec, serve_proxy("http://127.0.0.1:9", rec) as url:
+        client = ol.Client(url, retry=ol.RetryPolicy(attempts=1))
+        with pytest.raises(ol.ServerError) as caught:
+            client.environments()
+        client.close()
+    assert caught.value.status_code == 502
+    events = ol.load_trace(path).events
+    assert "ConnectError" in events[events["kind"] == "disconnect"].iloc[0]["error"]

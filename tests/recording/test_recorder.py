@@ -1,0 +1,232 @@
+"""The recorder against both reference servers: what the client received is what the trace holds."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+import ors_lab as ol
+from ors_lab.client.transport import AiohttpTransport
+from ors_lab.recording.recorder import parts_dir
+from tests.envs import common
+
+
+class TeeTransport(httpx2.AsyncBaseTransport):
+    """The default transport, keeping every /call response body's chunks with their arrival time."""
+
+    def __init__(self) -> None:
+        self.inner = AiohttpTransport()
+        self.bodies: list[list[tuple[float, bytes]]] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        if not request.url.path.endswith("/call"):
+            return response
+        chunks: list[tuple[float, bytes]] = []
+        self.bodies.append(chunks)
+        stream = response.stream
+
+        class Tee(httpx2.AsyncByteStream):
+            async def __aiter__(self) -> AsyncIterator[bytes]:
+                async for chunk in stream:  # type: ignore[union-attr]
+                    chunks.append((time.time(), chunk))
+                    yield chunk
+
+            async def aclose(self) -> None:
+                await stream.aclose()  # type: ignore[union-attr]
+
+        return httpx2.Response(response.status_code, headers=response.headers, stream=Tee(), request=request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def call_rows(trace: ol.Trace, call: int) -> Any:
+    events = trace.events
+    return events[(events["call"] == call) & events["kind"].isin(["event", "comment", "chunk"])]
+
+
+def rebuilt_wire(rows: Any) -> bytes:
+    """The SSE bytes the rows describe, framed as both reference servers frame them (CRLF)."""
+    out = []
+    for row in rows.itertuples():
+        if row.kind == "event":
+            out.append(f"event: {row.event}\r\ndata: {row.data}\r\n\r\n")
+        elif row.kind == "comment":
+            out.append(f":{row.comment}\r\n\r\n")
+    return "".join(out).encode()
+
+
+async def record_calls(url: str, path: Path, calls: list[tuple[str, dict[str, Any]]]) -> tuple[Any, ...]:
+    tee = TeeTransport()
+    async with ol.Recorder(path) as rec:
+        async with ol.AsyncClient(url, recorder=rec, transport=tee) as client:
+            async with client.environment("lab").session(split="test", index=0) as session:
+                results = [await session.call(name, tool_input) for name, tool_input in calls]
+    return ol.load_trace(path), results, tee
+
+
+@pytest.mark.parametrize(
+    ("n", "fill"),
+    [(10_000, " "), (16 * 1024 * 1024, ' a"\\ü\n\t€  ')],
+    ids=["10000-spaces", "16MiB"],
+)
+async def test_round_trip_byte_for_byte(reference_server: Any, tmp_path: Path, n: int, fill: str) -> None:
+    """The trace holds the /call stream byte for byte: events rebuild the received bytes exactly."""
+    trace, (result,), tee = await record_calls(
+        reference_server.url, tmp_path / "t.parquet", [("big_output", {"n_chars": n, "fill": fill})]
+    )
+    received = b"".join(chunk for _, chunk in tee.bodies[0])
+    rows = call_rows(trace, 1)
+    assert rebuilt_wire(rows) == received
+    chunk_sizes = rows[rows["kind"] == "chunk"]["size"]
+    assert chunk_sizes.sum() == len(received)
+    assert list(chunk_sizes) == [len(chunk) for _, chunk in tee.bodies[0]]
+    data_rows = rows[(rows["kind"] == "event") & rows["event"].isin(["chunk", "end"])]
+    payload = "".join(data_rows["data"])
+    assert ol.ToolResult.from_wire(json.loads(payload), task_id=result.task_id) == result
+    assert len(result.text) == n
+    calls = trace.calls
+    assert calls.loc[0, "bytes"] == len(received)
+    assert calls.loc[0, "chunks"] == len(tee.bodies[0])
+
+
+@pytest.mark.slow
+async def test_pings_recorded_when_they_arrived(reference_server: Any, tmp_path: Path) -> None:
+    """A slow call's `: ping` comments are rows stamped within 50 ms of their arrival."""
+    trace, (result,), tee = await record_calls(
+        reference_server.url, tmp_path / "t.parquet", [("slow", {"seconds": 10.5})]
+    )
+    assert result.text == "slept"
+    rows = call_rows(trace, 1)
+    assert rebuilt_wire(rows) == b"".join(chunk for _, chunk in tee.bodies[0])
+    pings = rows[rows["kind"] == "comment"]
+    assert len(pings) == 1
+    ping = pings.iloc[0]
+    arrived = next(at for at, chunk in tee.bodies[0] if b": ping" in chunk)
+    assert abs(ping["wall"].timestamp() - arrived) < 0.05
+    sent = dt.datetime.fromisoformat(ping["comment"].removeprefix(" ping - "))
+    assert abs(ping["wall"].timestamp() - sent.timestamp()) < 0.05
+    assert trace.calls.loc[0, "pings"] == 1
+
+
+async def test_every_kind_of_row_and_typed_outcomes(reference_server: Any, tmp_path: Path) -> None:
+    """A session leaves open, request, response, chunk, event, result, call_error and close rows."""
+    path = tmp_path / "t.parquet"
+    async with ol.Recorder(path) as rec, ol.AsyncClient(reference_server.url, recorder=rec) as client:
+        async with client.environment("lab").session(split="train", index=0) as session:
+            await session.call("step", {"value": 1})
+            with pytest.raises(ol.ToolError):
+                await session.call("crash")
+            await session.call("submit", {"answer": "4"})
+    trace = ol.load_trace(path)
+    events = trace.events
+    assert set(events["kind"]) >= {"open", "request", "response", "chunk", "event", "result", "call_error", "close"}
+    assert list(events["seq"]) == list(range(len(events)))
+    assert events["t_ns"].is_monotonic_increasing
+    results = events[events["kind"] == "result"]
+    assert list(results["tool"]) == ["step", "submit"]
+    assert list(results["reward"]) == [0.1, 1.0]
+    assert list(results["finished"]) == [False, True]
+    assert set(events["environment"].dropna()) == {"lab"}
+    assert set(events[events["session_id"].notna()]["split"]) == {"train"}
+    error = events[events["kind"] == "call_error"].iloc[0]
+    assert error["tool"] == "crash"
+    assert common.CRASH_MESSAGE in error["error"]
+    assert list(trace.calls["outcome"]) == ["result", "call_error", "result"]
+
+
+async def test_resume_is_recorded_as_attempts(reference_server: Any, cutting_proxy: Any, tmp_path: Path) -> None:
+    """A cut stream leaves a disconnect row, a retry row with its backoff, and a second attempt."""
+    proxy = cutting_proxy(reference_server.url)
+    path = tmp_path / "t.parquet"
+    policy = ol.RetryPolicy(backoff=0.05)
+    async with ol.Recorder(path) as rec, ol.AsyncClient(proxy.url, recorder=rec, retry=policy) as client:
+        async with client.environment("lab").session(split="test", index=0) as session:
+            result = await session.call("tally", {"key": uuid.uuid4().hex, "delay": 0.2})
+    trace = ol.load_trace(path)
+    events = trace.events
+    retry = events[events["kind"] == "retry"].iloc[0]
+    assert (retry["reason"], retry["backoff"], retry["task_id"]) == ("resume", 0.05, result.task_id)
+    call = trace.calls.iloc[0]
+    assert (call["attempts"], call["outcome"], call["task_id"]) == (2, "result", result.task_id)
+    requests = events[(events["kind"] == "request") & (events["call"] == 1)]
+    assert list(requests["attempt"]) == [1, 2]
+    assert json.loads(requests.iloc[1]["body"])["task_id"] == result.task_id
+
+
+SECRETS = {"API_TOKEN": "s3cr3t-token-value", "DB_PASSWORD": "hunter2-password-value"}
+
+
+async def test_secrets_never_reach_a_file(reference_server: Any, tmp_path: Path) -> None:
+    """API key, auth headers, cookies, X-Secrets values, /create secrets and user patterns are redacted."""
+    path = tmp_path / "t.parquet"
+    headers = {"Authorization": "Bearer bearer-value-123", "Cookie": "session=cookie-value-456",
+               "X-Custom-Secret": "custom-header-value-789", "X-Trace": "trace-id with ticket-4242"}  # fmt: skip
+    secrets_seen: list[bytes] = []
+    rec = ol.Recorder(path, compression="none", flush_interval=0.05, redact_headers=["X-Custom-Secret"],
+                      redact_patterns=[r"ticket-\d+"])  # fmt: skip
+    with rec:
+        async with ol.AsyncClient(reference_server.url, recorder=rec, api_key="api-key-value-000",
+                                  headers=headers) as client:  # fmt: skip
+            async with client.environment("lab").session(split="test", index=0, secrets=SECRETS) as session:
+                names = (await session.call("secret_keys")).text
+                await session.call("step", {"value": 1})
+                await asyncio.sleep(0.3)  # let a part reach the disk while recording
+                secrets_seen.extend(p.read_bytes() for p in parts_dir(path).glob("*.parquet"))
+    assert names == ", ".join(sorted(SECRETS))  # the secrets did reach the environment
+    assert secrets_seen, "no part was written while recording"
+    files = [path.read_bytes(), *secrets_seen]
+    values = [*SECRETS.values(), "api-key-value-000", "bearer-value-123", "cookie-value-456",
+              "custom-header-value-789", "ticket-4242"]  # fmt: skip
+    for value in values:
+        for blob in files:
+            assert value.encode() not in blob
+            assert base64.b64encode(value.encode()) not in blob
+    events = ol.load_trace(path).events
+    requests = events[events["kind"] == "request"]
+    sent = [json.loads(h) for h in requests["headers"]]
+    assert all(h.get("x-api-key") == "<redacted>" for h in sent)
+    assert all(h.get("authorization") == "<redacted>" for h in sent)
+    assert all(h["x-trace"] == "trace-id with <redacted>" for h in sent)
+    create = requests[requests["url"].str.endswith("/create")].iloc[0]
+    if reference_server.sdk == "ors-sdk":
+        assert json.loads(create["body"])["secrets"] == dict.fromkeys(SECRETS, "<redacted>")
+    else:
+        x_secrets = json.loads(json.loads(create["headers"])["x-secrets"])
+        assert {name: entry["value"] for name, entry in x_secrets.items()} == dict.fromkeys(SECRETS, "<redacted>")
+
+
+async def test_a_recorder_does_not_overwrite_a_trace(tmp_path: Path) -> None:
+    """An existing trace is kept unless overwrite=True; a closed recorder takes no more events."""
+    path = tmp_path / "t.parquet"
+    with ol.Recorder(path) as rec:
+        rec.emit("ping", session_id="s")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        ol.Recorder(path)
+    with pytest.raises(RuntimeError, match="closed"):
+        rec.emit("ping", session_id="s")
+    with ol.Recorder(path, overwrite=True) as rec:
+        pass
+    assert len(ol.load_trace(path)) == 0
+
+
+def test_sync_client_records_too(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """The sync client, on its loop thread, records into the same trace format."""
+    path = tmp_path / "t.parquet"
+    with ol.Recorder(path) as rec, ol.Client(ors_sdk_server.url, recorder=rec) as client:
+        with client.environment("echo").session(split="dev", index=0) as session:
+            session.call("echo", {"text": "hi"})
+    trace = ol.load_trace(path)
+    assert trace.episodes.loc[0, "total_reward"] == common.ECHO_REWARD
+    assert trace.sessions.loc[0, "environment"] == "echo"
