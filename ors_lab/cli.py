@@ -3,6 +3,10 @@
 - ``ors-lab demo``: start the bundled demo environments on 127.0.0.1, run a short scripted
   session on each, and print the prompts, the tool calls and the rewards.
 - ``ors-lab demo-server [--port P]``: serve the demo environments until Ctrl-C.
+- ``ors-lab proxy UPSTREAM --port P --out TRACE``: a recording reverse proxy on 127.0.0.1 in front
+  of an ORS server, so any client's traffic is recorded; Ctrl-C (or SIGTERM) writes the trace.
+- ``ors-lab show TRACE``: print a summary of a recorded trace (or of the parts of an unfinished
+  one): sessions, calls by tool, rewards, latency percentiles, pings and errors.
 """
 
 from __future__ import annotations
@@ -41,6 +45,25 @@ def _demo_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show(args: argparse.Namespace) -> int:
+    from ors_lab.recording.show import summarize
+    from ors_lab.recording.trace import load_trace
+
+    print(summarize(load_trace(args.trace)), end="")
+    return 0
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    from ors_lab.recording.proxy import run_proxy
+
+    try:
+        run_proxy(args.upstream, args.out, port=args.port, say=lambda text: print(text, flush=True))
+    except FileExistsError as exc:
+        print(f"ors-lab proxy: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ors-lab", description="Open Reward Standard environments, workable.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -52,6 +75,14 @@ def _parser() -> argparse.ArgumentParser:
     server = commands.add_parser("demo-server", help="serve the bundled demo environments until Ctrl-C")
     server.add_argument("--port", type=int, default=0, help="port (default: a free one)")
     server.set_defaults(run=_demo_server)
+    proxy = commands.add_parser("proxy", help="record any client's traffic to an ORS server into a trace")
+    proxy.add_argument("upstream", help="the ORS server's base URL, e.g. http://127.0.0.1:8080")
+    proxy.add_argument("--port", type=int, default=0, help="port to listen on, on 127.0.0.1 (default: a free one)")
+    proxy.add_argument("--out", required=True, help="the trace file to write (must not exist)")
+    proxy.set_defaults(run=_proxy)
+    show = commands.add_parser("show", help="print a summary of a recorded trace")
+    show.add_argument("trace", help="the trace file (its .parts directory is read if the recording never closed)")
+    show.set_defaults(run=_show)
     return parser
 
 

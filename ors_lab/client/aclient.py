@@ -236,7 +236,8 @@ class AsyncClient:
             await asyncio.sleep(wait)
             return None
         ttfb_ns = time.monotonic_ns() - started
-        if not stream:
+        if not stream or not response.headers.get("content-type", "").startswith("text/event-stream"):
+            stream = False  # an error answer to a /call: its JSON body is read (and recorded) now
             try:
                 await response.aread()
             finally:

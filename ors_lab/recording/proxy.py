@@ -205,3 +205,23 @@ def serve_proxy(upstream: str, recorder: Recorder, *, port: int = 0) -> Iterator
     proxy = RecordingProxy(upstream, recorder)
     with serve_app(proxy.app, port=port) as url:
         yield url
+
+
+def run_proxy(upstream: str, out: str, *, port: int = 0, say: Any = print) -> None:
+    """Record through the proxy into ``out`` until SIGINT or SIGTERM, then close the trace."""
+    import signal
+
+    from ors_lab.asgi import run_app
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # uvicorn re-raises the signal after its graceful shutdown
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with Recorder(out) as recorder:
+            proxy = RecordingProxy(upstream, recorder)
+            with contextlib.suppress(KeyboardInterrupt):
+                run_app(proxy.app, port=port, on_ready=lambda url: say(f"recording {upstream} at {url} into {out}"))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    say(f"trace written to {out}")

@@ -38,6 +38,7 @@ from ors_lab.recording.schema import (
     COLUMNS,
     KIND_LAYER,
     METADATA_CREATED,
+    METADATA_PARTIAL,
     METADATA_RUN_ID,
     METADATA_SCHEMA_VERSION,
     METADATA_SERVERS,
@@ -174,7 +175,7 @@ class Recorder:
             METADATA_CREATED: self.created.isoformat().encode(),
             METADATA_RUN_ID: self.run_id.encode(),
             METADATA_SERVERS: json.dumps(sorted(self._servers)).encode(),
-            b"ors_lab.partial": b"true" if partial else b"false",
+            METADATA_PARTIAL: b"true" if partial else b"false",
         }
 
     def _table(self, rows: list[dict[str, Any]]) -> pa.Table:

@@ -1,8 +1,8 @@
 """The trace schema: one declared Arrow schema, one row per timed event.
 
 ``docs/trace-format.md`` describes every column; a test keeps the two in step. The file-level
-metadata (``METADATA_*`` keys) records the schema version, the ors_lab version, the creation time
-and the redacted server URLs.
+metadata (``METADATA_*`` keys) records the schema version, the ors_lab version, the creation time,
+the run id, the redacted server URLs, and whether the file is a part of an unfinished recording.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ METADATA_VERSION = b"ors_lab.version"
 METADATA_CREATED = b"ors_lab.created"
 METADATA_SERVERS = b"ors_lab.servers"
 METADATA_RUN_ID = b"ors_lab.run_id"
+METADATA_PARTIAL = b"ors_lab.partial"
 
 SCHEMA = pa.schema(
     [

@@ -21,6 +21,7 @@ from ors_lab.protocol.errors import TraceFormatError
 from ors_lab.recording.recorder import PART_GLOB, parts_dir
 from ors_lab.recording.schema import (
     METADATA_CREATED,
+    METADATA_RUN_ID,
     METADATA_SCHEMA_VERSION,
     METADATA_SERVERS,
     METADATA_VERSION,
@@ -50,6 +51,8 @@ class Trace:
             "ors_lab_version": raw.get(METADATA_VERSION, b"").decode(),
             "created": raw.get(METADATA_CREATED, b"").decode(),
             "servers": json.loads(raw.get(METADATA_SERVERS, b"[]")),
+            "run_id": raw.get(METADATA_RUN_ID, b"").decode(),
+            "partial": partial,
         }
 
     def __repr__(self) -> str:
@@ -104,7 +107,12 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     elif parts.is_dir():
         files = sorted(parts.glob(PART_GLOB))
         tables = [_read(file) for file in files]
-        table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+        # each part's metadata is the running one (servers seen so far): the last part's is whole
+        table = (
+            pa.concat_tables(tables).replace_schema_metadata(tables[-1].schema.metadata)
+            if tables
+            else (SCHEMA.empty_table())
+        )
         partial = True
     else:
         raise TraceFormatError(f"no trace at {path} (and no parts of one in {parts})")

@@ -119,3 +119,44 @@ def test_upstream_down_is_a_502(tmp_path: Path) -> None:
     assert caught.value.status_code == 502
     events = ol.load_trace(path).events
     assert "ConnectError" in events[events["kind"] == "disconnect"].iloc[0]["error"]
+
+
+def test_proxy_command_records_until_terminated(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """`ors-lab proxy` prints its URL, records a session, and writes the trace on SIGTERM."""
+    import os
+    import re
+    import signal
+
+    out = tmp_path / "cli.parquet"
+    cmd = [sys.executable, "-m", "ors_lab.cli", "proxy", ors_sdk_server.url, "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    with proc.stdout:
+        try:
+            line = proc.stdout.readline()
+            url = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
+            assert url, line
+            with ol.Client(url.group(1)) as client:
+                with client.environment("echo").session(split="dev", index=0) as session:
+                    session.call("echo", {"text": "via the command line"})
+            os.kill(proc.pid, signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+            assert "trace written" in proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    trace = ol.load_trace(out)
+    assert not trace.partial
+    assert list(trace.calls["tool"]) == ["echo"]
+    assert trace.episodes.loc[0, "total_reward"] == 0.5
+
+
+def test_proxy_command_refuses_to_overwrite(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """`ors-lab proxy --out` an existing trace exits 1 and says why."""
+    out = tmp_path / "exists.parquet"
+    out.write_bytes(b"")
+    cmd = [sys.executable, "-m", "ors_lab.cli", "proxy", ors_sdk_server.url, "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    assert done.returncode == 1
+    assert "already holds a trace" in done.stderr
