@@ -21,6 +21,7 @@ from ors_lab.protocol import (
     MalformedStreamError,
     ORSError,
     OutcomeUnknownError,
+    ReplayMismatchError,
     ResumeFailedError,
     ServerError,
     SessionClosedError,
@@ -39,8 +40,16 @@ from ors_lab.protocol import (
 
 if TYPE_CHECKING:
     from ors_lab.recording import Recorder, Trace, load_trace
+    from ors_lab.replay import Fault, ReplayServer, ReplayTransport
 
-_LAZY = {"Recorder": "ors_lab.recording", "Trace": "ors_lab.recording", "load_trace": "ors_lab.recording"}
+_LAZY = {
+    "Recorder": "ors_lab.recording",
+    "Trace": "ors_lab.recording",
+    "load_trace": "ors_lab.recording",
+    "Fault": "ors_lab.replay",
+    "ReplayServer": "ors_lab.replay",
+    "ReplayTransport": "ors_lab.replay",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -62,11 +71,15 @@ __all__ = [
     "Client",
     "Environment",
     "EnvironmentStartingError",
+    "Fault",
     "ImageBlock",
     "MalformedStreamError",
     "ORSError",
     "OutcomeUnknownError",
     "Recorder",
+    "ReplayMismatchError",
+    "ReplayServer",
+    "ReplayTransport",
     "ResumeFailedError",
     "RetryPolicy",
     "ServerError",

@@ -8,6 +8,7 @@ SIGTERM (the command line).
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -33,11 +34,30 @@ def _config(app: Any, port: int) -> Any:
     )
 
 
+class _Quiet(logging.Filter):
+    """Drops uvicorn's error log for exceptions an app raises on purpose (to drop a connection)."""
+
+    def __init__(self, quiet: tuple[type[BaseException], ...]) -> None:
+        super().__init__()
+        self.quiet = quiet
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (error is not None and isinstance(error, self.quiet))
+
+
 @contextlib.contextmanager
-def serve_app(app: Any, *, port: int = 0, startup_timeout: float = 10.0) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1 (``port=0``: a free port) in a thread; yield ``http://127.0.0.1:PORT``."""
+def serve_app(
+    app: Any, *, port: int = 0, startup_timeout: float = 10.0, quiet: tuple[type[BaseException], ...] = ()
+) -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1 (``port=0``: a free port) in a thread; yield ``http://127.0.0.1:PORT``.
+
+    Exceptions of the ``quiet`` types end their connection without being logged.
+    """
     import uvicorn
 
+    if quiet:
+        logging.getLogger("uvicorn.error").addFilter(_Quiet(quiet))
     server = uvicorn.Server(_config(app, port))
     thread = threading.Thread(target=server.run, name="ors-lab-uvicorn", daemon=True)
     thread.start()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import os
 import time
@@ -34,6 +35,7 @@ from ors_lab.protocol.errors import (
     MalformedStreamError,
     ORSError,
     OutcomeUnknownError,
+    ReplayMismatchError,
     ResumeFailedError,
     ServerError,
     SessionClosedError,
@@ -53,6 +55,8 @@ HEARTBEAT_TIMEOUT = 30.0
 """A /call stream silent this long (three missed pings) counts as dropped, and is resumed."""
 
 USER_AGENT = "ors-lab/0.1.0"
+EXCHANGE = "ors_lab.exchange"
+"""The request extension holding the request's exchange number in the trace (set only when recording)."""
 SESSION_NOT_FOUND = "Active environment not found"
 
 
@@ -113,6 +117,7 @@ class AsyncClient:
         self.retry = retry or RetryPolicy()
         self.ping_interval = ping_interval
         self._flavor: str | None = None
+        self._exchanges = itertools.count(1)
         self._sessions: set[AsyncSession] = set()
 
     def __repr__(self) -> str:
@@ -163,13 +168,16 @@ class AsyncClient:
             headers["Content-Type"] = "application/json"
         if stream:
             headers["Accept"] = "text/event-stream"
-        return self._http.build_request(
+        request = self._http.build_request(
             method,
             self.base_url + path,
             headers=headers,
             content=content,
             timeout=self._timeout,
         )
+        if self.recorder is not None:
+            request.extensions[EXCHANGE] = next(self._exchanges)
+        return request
 
     async def _json(
         self,
@@ -213,11 +221,13 @@ class AsyncClient:
 
         With ``stream=False`` the body is read before returning.
         """
+        exchange = request.extensions.get(EXCHANGE)
         self._emit(
             "request",
             session_id=session_id,
             attempt=attempt,
             call=call,
+            exchange=exchange,
             method=request.method,
             url=str(request.url),
             headers=request.headers,
@@ -247,6 +257,7 @@ class AsyncClient:
             session_id=session_id,
             attempt=attempt,
             call=call,
+            exchange=exchange,
             status=response.status_code,
             headers=response.headers,
             ttfb_ns=ttfb_ns,
@@ -266,6 +277,8 @@ class AsyncClient:
                 detail=detail,
                 **context,
             )
+        if response.headers.get("x-ors-lab-replay") == "mismatch":
+            return ReplayMismatchError(str(detail), status_code=status, detail=detail, **context)
         if status == 503 and response.headers.get("x-backend-state", "").lower() == "starting":
             return EnvironmentStartingError(
                 f"{message} (still starting after {self.retry.starting_timeout:g} s)",
@@ -363,6 +376,7 @@ class AsyncClient:
                     session_id=sid,
                     attempt=attempt,
                     call=call_number,
+                    exchange=request.extensions.get(EXCHANGE),
                     error=f"{type(exc).__name__}: {exc}",
                 )
                 result, drop = None, exc
@@ -412,8 +426,14 @@ class AsyncClient:
             if not content_type.startswith("text/event-stream"):
                 await response.aread()
                 raise MalformedStreamError(f"expected an SSE stream, got {content_type!r}: {response.text[:200]!r}")
-            tap = SSETap(self._emit if self.recorder is not None else None, assembler,
-                         session_id=sid, attempt=attempt, call=call_number)  # fmt: skip
+            tap = SSETap(
+                self._emit if self.recorder is not None else None,
+                assembler,
+                session_id=sid,
+                attempt=attempt,
+                call=call_number,
+                exchange=response.request.extensions.get(EXCHANGE),
+            )
             chunks = response.aiter_bytes() if "content-encoding" in response.headers else response.aiter_raw()
             loop = asyncio.get_running_loop()
             heartbeat = self.heartbeat_timeout

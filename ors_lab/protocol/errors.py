@@ -5,7 +5,8 @@
     ORSError                        anything ors_lab raises on purpose; carries session_id, task_id, request
     ├── ServerError                 the server answered an HTTP error status (after the retries allowed)
     │   ├── SessionNotFoundError    404 "Active environment not found": unknown, expired or deleted session
-    │   └── EnvironmentStartingError  503 "x-backend-state: starting" for longer than the client waits
+    │   ├── EnvironmentStartingError  503 "x-backend-state: starting" for longer than the client waits
+    │   └── ReplayMismatchError     a replayed trace has no recorded answer for this request
     ├── ToolError                   `event: error` on /call: the tool raised on the server (session still usable)
     ├── StreamError                 a /call stream broke, or broke the protocol
     │   ├── MalformedStreamError    events out of order, a result that is not valid JSON, not an SSE response
@@ -30,6 +31,7 @@ __all__ = [
     "MalformedStreamError",
     "ORSError",
     "OutcomeUnknownError",
+    "ReplayMismatchError",
     "ResumeFailedError",
     "ServerError",
     "SessionClosedError",
@@ -105,6 +107,10 @@ class SessionNotFoundError(ServerError):
 
 class EnvironmentStartingError(ServerError):
     """The environment was still starting (503, ``x-backend-state: starting``) when the wait ran out."""
+
+
+class ReplayMismatchError(ServerError):
+    """A replay server or transport found no recorded request like this one; ``detail`` says why."""
 
 
 class ToolError(ORSError):

@@ -37,6 +37,7 @@ SCHEMA = pa.schema(
         pa.field("task", pa.string()),
         pa.field("call", pa.int32()),
         pa.field("attempt", pa.int32()),
+        pa.field("exchange", pa.int64()),
         pa.field("tool", pa.string()),
         pa.field("input", pa.string()),
         # HTTP

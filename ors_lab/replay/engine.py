@@ -1,0 +1,361 @@
+"""The matcher both replay faces share: a request in, the recorded answer out.
+
+- Stateless endpoints (``/list_environments``, ``/{env}/tools``, ``/splits``, ``/tasks``, ...) are
+  answered from any recorded exchange with the same method, path and body, as often as asked.
+- A session is whatever id the replaying client chooses: its ``/create`` claims the first unclaimed
+  recorded session whose ``/create`` named the same task (environment, split and index, or task
+  spec); ``/create_session`` hands out fresh ids as the servers do.
+- Within a session, requests match the recorded ones in order by method, path, tool name and input.
+  Keep-alive pings are answered while the session lives, without taking part in the order.
+- Server-made task ids are replaced by fresh ones, consistently; a ``/call`` resumed with such an id
+  gets the recorded next attempt, or the recorded result.
+- Answers keep their recorded status, headers and body, and SSE streams their events and comments,
+  in order, at the recorded gaps divided by ``speed`` (``speed=0``: no waiting). A stream that was
+  cut when it was recorded is cut again at the same place.
+- A request with no recorded match gets HTTP 400 with ``x-ors-lab-replay: mismatch`` and a message
+  naming the request, the trace, the nearest unplayed recorded requests, the field that differed,
+  and how to record again; the client raises ``ReplayMismatchError`` for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ors_lab.recording.trace import Trace, load_trace
+from ors_lab.replay.faults import Fault
+from ors_lab.replay.recorded import Exchange, Item, Recording
+
+__all__ = ["MISMATCH_HEADER", "Answer", "ReplayEngine"]
+
+MISMATCH_HEADER = "x-ors-lab-replay"
+STATELESS = ("/tools", "/splits", "/tasks", "/num_tasks", "/task", "/task_range")
+ROOT_STATELESS = ("/list_environments", "/version", "/health")
+DROP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "date", "server", "keep-alive"})
+JSON_HEADERS = [("content-type", "application/json")]
+SSE_HEADERS = [("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")]
+NOT_FOUND = b'{"detail":"Active environment not found"}'
+
+
+@dataclass
+class Answer:
+    """What to send back: status, headers and a body, or a stream of (seconds after the head, bytes)."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+    head_delay: float = 0.0
+    stream: list[tuple[float, bytes]] | None = None
+    cut: bool = False
+
+
+def _json_answer(status: int, value: Any, extra: Iterable[tuple[str, str]] = ()) -> Answer:
+    return Answer(status, [*JSON_HEADERS, *extra], json.dumps(value, separators=(",", ":")).encode())
+
+
+@dataclass
+class _Live:
+    """A replaying session: the recorded session it plays, and how far."""
+
+    sid: str
+    recorded: str
+    exchanges: list[Exchange]
+    closed: bool = False
+    task_calls: dict[str, int] = field(default_factory=dict)
+
+
+class ReplayEngine:
+    """Answers requests from a trace; thread-safe, and shared by ``ReplayServer`` and ``ReplayTransport``."""
+
+    def __init__(
+        self,
+        trace: Trace | str | os.PathLike[str],
+        *,
+        speed: float = 1.0,
+        faults: Iterable[Fault | str] = (),
+        allow_repeats: bool = False,
+    ) -> None:
+        if speed < 0:
+            raise ValueError(f"speed must be 0 (no waiting) or more, not {speed}")
+        self.trace = trace if isinstance(trace, Trace) else load_trace(trace)
+        self.recording = Recording(self.trace)
+        self.speed = speed
+        self.faults = [Fault.parse(f) if isinstance(f, str) else f for f in faults]
+        self.allow_repeats = allow_repeats
+        self._live: dict[str, _Live] = {}
+        self._claimed: set[str] = set()
+        self._task_ids: dict[str, str] = {}  # recorded task id -> replay task id
+        self._resumable: dict[str, tuple[_Live, int]] = {}  # replay task id -> (session, call)
+        self._lock = threading.Lock()
+        creates = {s: next((e for e in ex if e.path == "/create"), None) for s, ex in self.recording.sessions.items()}
+        self._creates = {sid: create for sid, create in creates.items() if create is not None}
+
+    # -- the entry point -------------------------------------------------------------------------
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Answer:
+        """The answer to one request (``headers`` with lower-case names)."""
+        sid = (headers.get("x-session-id") or "").strip() or None
+        with self._lock:
+            if path == "/health":
+                return _json_answer(200, {"status": "ok"})
+            if path == "/create_session" and method == "POST":
+                return self._create_session()
+            if path == "/delete_session" and method == "POST":
+                return _json_answer(200, {"sid": sid})
+            if path == "/ping" and method == "POST":
+                return self._ping(sid)
+            if path == "/delete" and method == "POST":
+                return self._delete(sid)
+            if path == "/create" and method == "POST":
+                return self._create(sid, body)
+            if path in ROOT_STATELESS or path.endswith(STATELESS):
+                return self._stateless(method, path, body)
+            return self._in_session(sid, method, path, body)
+
+    # -- generic endpoints -----------------------------------------------------------------------
+
+    def _create_session(self) -> Answer:
+        wire = Item("event", event="task_id", data=str(uuid.uuid4())).wire() + Item("event", event="end").wire()
+        return Answer(200, SSE_HEADERS, stream=[(0.0, wire)])
+
+    def _ping(self, sid: str | None) -> Answer:
+        live = self._live.get(sid or "")
+        if live is None or live.closed:
+            return Answer(404, JSON_HEADERS, NOT_FOUND)
+        return _json_answer(200, {"status": "ok"})
+
+    def _delete(self, sid: str | None) -> Answer:
+        live = self._live.get(sid or "")
+        if live is not None and not live.closed:
+            live.closed = True
+            for exchange in live.exchanges:
+                if exchange.path == "/delete" and not exchange.played:
+                    exchange.played += 1
+                    break
+        return _json_answer(200, {"sid": sid})
+
+    # -- stateless endpoints ---------------------------------------------------------------------
+
+    def _stateless(self, method: str, path: str, body: bytes) -> Answer:
+        wanted = _body_value(body)
+        candidates = [e for e in self.recording.exchanges if e.method == method and e.path == path]
+        same = [e for e in candidates if _body_value(e.body) == wanted]
+        if not same:
+            nearest = candidates[:3] or self._unplayed_nearby(None)
+            differs = _difference(wanted, _body_value(candidates[0].body), "body") if candidates else "path"
+            return self._mismatch(f"{method} {path} {_short(body)}", None, nearest, differs)
+        exchange = next((e for e in same if not e.played), same[0])
+        return self._play(exchange, None)
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    def _create(self, sid: str | None, body: bytes) -> Answer:
+        if sid is None:
+            return _json_answer(400, {"detail": "X-Session-ID header is required"})
+        wanted = _task_identity(body)
+        for recorded, create in self._creates.items():
+            if recorded in self._claimed or _task_identity(create.body) != wanted:
+                continue
+            self._claimed.add(recorded)
+            exchanges = [e for e in self.recording.sessions[recorded] if e.path not in ("/ping", "/delete_session")]
+            live = _Live(sid, recorded, exchanges)
+            create.played += 1
+            if create.status is not None and create.status < 300:
+                self._live[sid] = live
+            return self._play(create, live)
+        nearest = [c for r, c in self._creates.items() if r not in self._claimed][:3]
+        differs = _difference(wanted, _task_identity(nearest[0].body), "task") if nearest else "no unclaimed session"
+        return self._mismatch(f"POST /create {_short(body)}", sid, nearest, differs)
+
+    def _in_session(self, sid: str | None, method: str, path: str, body: bytes) -> Answer:
+        live = self._live.get(sid or "")
+        if live is None or live.closed:
+            return Answer(404, JSON_HEADERS, NOT_FOUND)
+        request = _body_value(body)
+        task_id = request.get("task_id") if isinstance(request, dict) else None
+        if path.endswith("/call") and task_id is not None:
+            return self._resume(live, str(task_id), method, path, body)
+        pending = [e for e in live.exchanges if not e.played and e.task_id_sent is None and e.path != "/delete"]
+        if pending and _same_request(pending[0], method, path, request):
+            return self._play(pending[0], live, faults=path.endswith("/call"))
+        if self.allow_repeats:
+            again = [e for e in live.exchanges if e.played and _same_request(e, method, path, request)]
+            if again:
+                return self._play(again[-1], live, faults=path.endswith("/call"))
+        expected = pending[0] if pending else None
+        differs = _request_difference(expected, method, path, request) if expected else "nothing left to replay"
+        return self._mismatch(f"{method} {path} {_short(body)}", sid, pending[:3], differs, live)
+
+    def _resume(self, live: _Live, task_id: str, method: str, path: str, body: bytes) -> Answer:
+        found = self._resumable.get(task_id)
+        if found is None or found[0] is not live:
+            return Answer(200, SSE_HEADERS, stream=[(0.0, Item("event", event="error", data="unknown task_id").wire())])
+        call = found[1]
+        attempts = [e for e in live.exchanges if e.call == call and e.path == path]
+        following = [e for e in attempts if not e.played and e.task_id_sent is not None]
+        if following:
+            return self._play(following[0], live)
+        done = next((e for e in reversed(attempts) if e.sse and e.complete), None)
+        if done is None:
+            return Answer(200, SSE_HEADERS, stream=[(0.0, Item("event", event="error", data="unknown task_id").wire())])
+        items = [i for i in done.items if i.kind == "event"]
+        wire = b"".join(i.wire(task_id if i.event == "task_id" else None) for i in items)
+        return Answer(200, SSE_HEADERS, stream=[(0.0, wire)])
+
+    # -- answering -------------------------------------------------------------------------------
+
+    def _play(self, exchange: Exchange, live: _Live | None, *, faults: bool = False) -> Answer:
+        speed = self.speed
+        head_delay = 0.0 if speed == 0 else max(0.0, (exchange.head_ns - exchange.request_ns) / 1e9 / speed)
+        headers = [(k, v) for k, v in exchange.headers if k not in DROP_HEADERS]
+        fault = self._fault_for(exchange) if faults else None
+        if fault is not None and fault.kind == "status":
+            return self._status_fault(str(fault.value))
+        exchange.played += 1
+        if exchange.status is None:
+            return _json_answer(502, {"detail": f"ors-lab replay: {exchange.describe()} got no answer when recorded"})
+        if not exchange.sse:
+            body = exchange.response_body or b""
+            if live is not None and exchange.path == "/create":
+                body = body.replace(live.recorded.encode(), live.sid.encode())
+            return Answer(exchange.status, headers, body, head_delay)
+        stream = self._stream(exchange, live, fault)
+        return Answer(exchange.status, headers, head_delay=head_delay, stream=stream[0], cut=stream[1])
+
+    def _stream(
+        self, exchange: Exchange, live: _Live | None, fault: Fault | None
+    ) -> tuple[list[tuple[float, bytes]], bool]:
+        speed = self.speed
+        kind = fault.kind if fault is not None else None
+        limit = int(str(fault.value)) if kind == "cut" and fault is not None else None
+        stall = float(str(fault.value)) if kind == "stall" and fault is not None else 0.0
+        out: list[tuple[float, bytes]] = []
+        events = 0
+        cut = not exchange.complete
+        for index, (offset_ns, items) in enumerate(exchange.chunks):
+            parts = []
+            for item in items:
+                if item.kind == "comment" and kind == "no-pings":
+                    continue
+                data = None
+                if item.kind == "event" and item.event == "task_id" and exchange.path.endswith("/call"):
+                    data = self._replay_task_id(item.data, exchange, live)
+                elif item.kind == "event" and item.event == "end" and kind == "malformed":
+                    data = item.data[: max(1, len(item.data) // 2)]
+                parts.append(item.wire(data))
+                if item.kind == "event":
+                    events += 1
+                    if limit is not None and events >= limit:
+                        break
+            at = 0.0 if speed == 0 else offset_ns / 1e9 / speed
+            if index > 0:
+                at += stall
+            if parts:
+                out.append((at, b"".join(parts)))
+            if limit is not None and events >= limit:
+                return out, True
+        return out, cut
+
+    def _replay_task_id(self, recorded: str, exchange: Exchange, live: _Live | None) -> str:
+        replay = self._task_ids.get(recorded)
+        if replay is None:
+            replay = self._task_ids[recorded] = uuid.uuid4().hex
+        if live is not None and exchange.call is not None:
+            self._resumable[replay] = (live, exchange.call)
+        return replay
+
+    def _fault_for(self, exchange: Exchange) -> Fault | None:
+        return next((f for f in self.faults if f.take(exchange.tool)), None)
+
+    def _status_fault(self, value: str) -> Answer:
+        if value == "503-starting":
+            extra = [("x-backend-state", "starting"), ("retry-after", "1")]
+            return _json_answer(503, {"detail": "Environment still starting."}, extra)
+        status = int(value)
+        extra = [("retry-after", "1")] if status in (429, 503) else []
+        return _json_answer(status, {"detail": f"ors-lab replay: injected {status}"}, extra)
+
+    # -- mismatches ------------------------------------------------------------------------------
+
+    def _unplayed_nearby(self, live: _Live | None) -> list[Exchange]:
+        pool = live.exchanges if live is not None else self.recording.exchanges
+        return [e for e in pool if not e.played][:3]
+
+    def _mismatch(
+        self, what: str, sid: str | None, nearest: list[Exchange], differs: str, live: _Live | None = None
+    ) -> Answer:
+        where = f" in session {sid} (recorded as {live.recorded})" if live is not None else ""
+        lines = [
+            f"no recorded request matches {what}{where} in the trace {self.recording.name}",
+            f"what differs: {differs}",
+            "nearest unplayed recorded requests: " + ("; ".join(e.describe() for e in nearest) or "(none)"),
+            "to record again: run against the live server through `ors-lab proxy UPSTREAM --out TRACE` "
+            "(or pytest with --ors-record-mode=all)",
+        ]
+        return _json_answer(400, {"detail": "\n".join(lines)}, [(MISMATCH_HEADER, "mismatch")])
+
+    def unplayed(self) -> list[str]:
+        """The recorded requests no one asked for (pings and the id allocator left out)."""
+        skip = ("/ping", "/create_session", "/delete_session", "/health")
+        return [e.describe() for e in self.recording.exchanges if not e.played and e.path not in skip]
+
+
+def _body_value(body: bytes) -> Any:
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body
+
+
+def _task_identity(body: bytes) -> tuple[Any, ...]:
+    value = _body_value(body)
+    value = value if isinstance(value, dict) else {}
+    return (value.get("env_name"), value.get("split"), value.get("index"), value.get("task_spec"))
+
+
+def _same_request(exchange: Exchange, method: str, path: str, request: Any) -> bool:
+    if exchange.method != method or exchange.path != path:
+        return False
+    if path.endswith("/call"):
+        request = request if isinstance(request, dict) else {}
+        return bool(exchange.tool == request.get("name") and exchange.tool_input == request.get("input"))
+    return True
+
+
+def _request_difference(exchange: Exchange, method: str, path: str, request: Any) -> str:
+    if exchange.method != method or exchange.path != path:
+        return f"the next recorded request is {exchange.method} {exchange.path}"
+    request = request if isinstance(request, dict) else {}
+    if exchange.tool != request.get("name"):
+        return f"tool: {request.get('name')!r} != recorded {exchange.tool!r}"
+    return _difference(request.get("input"), exchange.tool_input, "input")
+
+
+def _difference(got: Any, recorded: Any, where: str) -> str:
+    """The first place two JSON values differ, as ``where.key[0]: got != recorded``."""
+    if isinstance(got, dict) and isinstance(recorded, dict):
+        for key in sorted(set(got) | set(recorded), key=str):
+            if got.get(key) != recorded.get(key):
+                return _difference(got.get(key), recorded.get(key), f"{where}.{key}")
+    if isinstance(got, list) and isinstance(recorded, list) and len(got) == len(recorded):
+        for index, (a, b) in enumerate(zip(got, recorded, strict=True)):
+            if a != b:
+                return _difference(a, b, f"{where}[{index}]")
+    if isinstance(got, tuple) and isinstance(recorded, tuple):
+        names = ("env_name", "split", "index", "task_spec")
+        for name, a, b in zip(names, got, recorded, strict=False):
+            if a != b:
+                return _difference(a, b, f"{where}.{name}")
+    return f"{where}: {json.dumps(got)} != recorded {json.dumps(recorded)}"
+
+
+def _short(body: bytes, limit: int = 160) -> str:
+    text = body.decode("utf-8", "replace")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
