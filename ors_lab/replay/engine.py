@@ -236,9 +236,10 @@ class ReplayEngine:
         stall = float(str(fault.value)) if kind == "stall" and fault is not None else 0.0
         out: list[tuple[float, bytes]] = []
         events = 0
-        cut = not exchange.complete
-        for index, (offset_ns, items) in enumerate(exchange.chunks):
-            parts = []
+        shift = 0.0  # a stall moves everything after the first event (the task_id) later
+        for offset_ns, items in exchange.chunks:
+            at = 0.0 if speed == 0 else offset_ns / 1e9 / speed
+            parts: list[bytes] = []
             for item in items:
                 if item.kind == "comment" and kind == "no-pings":
                     continue
@@ -248,18 +249,18 @@ class ReplayEngine:
                 elif item.kind == "event" and item.event == "end" and kind == "malformed":
                     data = item.data[: max(1, len(item.data) // 2)]
                 parts.append(item.wire(data))
-                if item.kind == "event":
-                    events += 1
-                    if limit is not None and events >= limit:
-                        break
-            at = 0.0 if speed == 0 else offset_ns / 1e9 / speed
-            if index > 0:
-                at += stall
+                if item.kind != "event":
+                    continue
+                events += 1
+                if limit is not None and events >= limit:
+                    out.append((at + shift, b"".join(parts)))
+                    return out, True
+                if events == 1 and stall:
+                    out.append((at, b"".join(parts)))
+                    parts, shift = [], stall
             if parts:
-                out.append((at, b"".join(parts)))
-            if limit is not None and events >= limit:
-                return out, True
-        return out, cut
+                out.append((at + shift, b"".join(parts)))
+        return out, not exchange.complete
 
     def _replay_task_id(self, recorded: str, exchange: Exchange, live: _Live | None) -> str:
         replay = self._task_ids.get(recorded)

@@ -1,0 +1,289 @@
+"""Replay: a recorded trace served back gives the client exactly what the live server gave."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ors_lab as ol
+from ors_lab.recording.proxy import serve_proxy
+from tests.envs import common
+from tests.recording.test_proxy import run_official
+
+
+def script(url: str, transport: Any = None, recorder: Any = None) -> list[Any]:
+    """A session-rich script: stateless reads, two sessions, results of every kind."""
+    got: list[Any] = []
+    with ol.Client(url, transport=transport, recorder=recorder, retry=ol.RetryPolicy(backoff=0.05)) as client:
+        got.append(client.environments())
+        lab = client.environment("lab")
+        got.append([(s.name, s.type) for s in lab.splits()])
+        got.append([t.spec for t in lab.tasks("train")])
+        got.append(lab.task("test", -1).spec)
+        with lab.session(split="train", index=1) as session:
+            got.append([b.text for b in session.prompt()])  # type: ignore[union-attr]
+            got.append([t.name for t in session.tools()])
+            for name, tool_input in (
+                ("step", {"value": 2}),
+                ("big_output", {"n_chars": 10_000, "fill": " "}),
+                ("image", {}),
+                ("nope", {}),
+                ("submit", {"answer": "Paris"}),
+            ):
+                result = session.call(name, tool_input)
+                got.append((result.ok, result.blocks, result.reward, result.finished, result.error, result.reason))
+            try:
+                session.call("crash")
+            except ol.ToolError as exc:
+                got.append(("ToolError", exc.message))
+        with client.environment("echo").session(task={"id": "e9", "text": "x"}) as session:
+            got.append(session.call("echo", {"text": "hello"}).text)
+    return got
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory, reference_server: Any) -> tuple[Path, list[Any]]:
+    """The script run live against each reference server, recorded."""
+    path = tmp_path_factory.mktemp("replay") / f"{reference_server.sdk}.parquet"
+    with ol.Recorder(path) as rec:
+        live = script(reference_server.url, recorder=rec)
+    return path, live
+
+
+def test_replay_server_gives_the_live_results(recorded: tuple[Path, list[Any]]) -> None:
+    """Our client against ReplayServer gets what it got live, and every recorded request is played."""
+    path, live = recorded
+    with ol.ReplayServer(path, speed=0) as server:
+        assert script(server.url) == live
+        assert server.unplayed() == []
+
+
+def test_replay_transport_gives_the_live_results(recorded: tuple[Path, list[Any]]) -> None:
+    """The in-process ReplayTransport answers the same, with no socket."""
+    path, live = recorded
+    transport = ol.ReplayTransport(path)
+    assert script("http://replay.invalid", transport=transport) == live
+    assert transport.unplayed() == []
+
+
+def test_replaying_a_replay_records_the_same_trace_shape(recorded: tuple[Path, list[Any]], tmp_path: Path) -> None:
+    """A trace recorded against the replay holds the same calls, rewards and events as the original."""
+    path, _ = recorded
+    again = tmp_path / "again.parquet"
+    with ol.ReplayServer(path, speed=0) as server, ol.Recorder(again) as rec:
+        script(server.url, recorder=rec)
+    before, after = ol.load_trace(path), ol.load_trace(again)
+    columns = ["tool", "input", "ok", "reward", "finished", "error", "reason", "outcome", "bytes"]  # not chunks: TCP
+    assert before.calls[columns].equals(after.calls[columns])
+    kinds = ["event", "data"]
+    sse_before = before.events[before.events["kind"] == "event"][kinds].reset_index(drop=True)
+    sse_after = after.events[after.events["kind"] == "event"][kinds].reset_index(drop=True)
+    ids = sse_before["event"] == "task_id"
+    assert sse_before[~ids].equals(sse_after[~ids])
+    assert not set(sse_before[ids]["data"]) & set(sse_after[ids]["data"])  # task ids are replaced
+
+
+@pytest.mark.parametrize(
+    ("sdk", "flags"),
+    [("ors-sdk", ()), ("openreward", ()), ("openreward", ("--no-variant",))],
+    ids=["ors-sdk", "openreward", "openreward-redirects"],
+)
+def test_official_clients_replay_what_the_proxy_recorded(
+    request: pytest.FixtureRequest, tmp_path: Path, sdk: str, flags: tuple[str, ...]
+) -> None:
+    """An official client's session recorded through the proxy replays to identical results."""
+    server = request.getfixturevalue(f"{sdk.replace('-', '_')}_server")
+    path = tmp_path / "official.parquet"
+    with ol.Recorder(path) as rec, serve_proxy(server.url, rec) as url:
+        live = run_official(sdk, url, *flags)
+    with ol.ReplayServer(path, speed=0) as replay:
+        assert run_official(sdk, replay.url, *flags) == live
+        assert replay.unplayed() == []
+
+
+def test_mismatch_names_the_request_the_field_and_how_to_record(recorded: tuple[Path, list[Any]]) -> None:
+    """An unrecorded request raises ReplayMismatchError naming it, the trace, the field and the fix."""
+    path, _ = recorded
+    with ol.ReplayServer(path, speed=0) as server, ol.Client(server.url) as client:
+        with client.environment("lab").session(split="train", index=1) as session:
+            session.prompt()
+            session.tools()
+            with pytest.raises(ol.ReplayMismatchError) as caught:
+                session.call("step", {"value": 3})
+    message = str(caught.value)
+    assert "POST /lab/call" in message
+    assert str(path) in message
+    assert "input.value: 3 != recorded 2" in message
+    assert 'step({"value":2})' in message
+    assert "ors-lab proxy" in message
+    assert caught.value.status_code == 400
+
+
+def test_unknown_task_and_unrecorded_session(recorded: tuple[Path, list[Any]]) -> None:
+    """A task no recorded session opened is a mismatch; a session used after delete is 404."""
+    path, _ = recorded
+    with ol.ReplayServer(path, speed=0) as server, ol.Client(server.url) as client:
+        with pytest.raises(ol.ReplayMismatchError, match=r"task\.index: 2 != recorded 1"):
+            client.environment("lab").session(split="train", index=2).open()
+        session = client.environment("lab").session(split="train", index=1)
+        with session:
+            session.prompt()
+        import httpx2
+
+        assert httpx2.post(f"{server.url}/ping", headers={"X-Session-ID": session.sid}).status_code == 404
+
+
+def test_repeats_only_when_allowed(recorded: tuple[Path, list[Any]]) -> None:
+    """A request asked twice is a mismatch, unless allow_repeats=True."""
+    path, _ = recorded
+
+    def twice(server: ol.ReplayServer) -> str:
+        with ol.Client(server.url) as client, client.environment("lab").session(split="train", index=1) as session:
+            session.prompt()
+            return next(b.text for b in session.prompt())  # type: ignore[union-attr]
+
+    with ol.ReplayServer(path, speed=0) as server, pytest.raises(ol.ReplayMismatchError):
+        twice(server)
+    with ol.ReplayServer(path, speed=0, allow_repeats=True) as server:
+        assert twice(server) == common.lab_prompt(common.LAB_TASKS["train"][1])
+
+
+def test_unplayed_interactions_are_reported(recorded: tuple[Path, list[Any]]) -> None:
+    """Recorded requests never asked for are listed, in order."""
+    path, _ = recorded
+    with ol.ReplayServer(path, speed=0) as server, ol.Client(server.url) as client:
+        client.environments()
+        unplayed = server.unplayed()
+    assert unplayed[0].startswith("#") and "/lab/splits" in unplayed[0]
+    assert any("submit" in line for line in unplayed)
+
+
+def _calls(url: str, faults: list[str], recorder: Any = None) -> list[Any]:
+    with ol.Client(url, recorder=recorder, retry=ol.RetryPolicy(backoff=0.05)) as client:
+        with client.environment("echo").session(split="dev", index=0) as session:
+            return [session.call("echo", {"text": t}).text for t in ("a", "b")]
+
+
+@pytest.fixture(scope="module")
+def echo_trace(tmp_path_factory: pytest.TempPathFactory, ors_sdk_server: Any) -> Path:
+    path = tmp_path_factory.mktemp("echo") / "echo.parquet"
+    with ol.Recorder(path) as rec:
+        assert _calls(ors_sdk_server.url, [], rec) == ["a", "b"]
+    return path
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any], float]] = []
+
+    def emit(self, kind: str, /, **fields: Any) -> None:
+        self.events.append((kind, fields, time.monotonic()))
+
+
+def test_fault_cut_is_resumed_from_the_recorded_result(echo_trace: Path) -> None:
+    """cut:1 drops the stream after task_id; the client resumes with the replay's task id."""
+    sink = Sink()
+    with ol.ReplayServer(echo_trace, speed=0, faults=["cut:1,tool=echo,times=0"]) as server:
+        assert _calls(server.url, [], sink) == ["a", "b"]
+    resumes = [f for k, f, _ in sink.events if k == "retry" and f["reason"] == "resume"]
+    assert len(resumes) == 2
+    bodies = [json.loads(f["body"]) for k, f, _ in sink.events if k == "request" and f["url"].endswith("/call")]
+    assert [b.get("task_id") for b in bodies] == [None, resumes[0]["task_id"], None, resumes[1]["task_id"]]
+
+
+@pytest.mark.parametrize(("fault", "waits"), [("status:429", 1.0), ("status:503-starting", 1.0), ("status:502", 0.0)])
+def test_fault_status_before_the_stream_is_retried(echo_trace: Path, fault: str, waits: float) -> None:
+    """Injected 429/502/503-starting are retried (honouring Retry-After) and then the recording answers."""
+    sink = Sink()
+    with ol.ReplayServer(echo_trace, speed=0, faults=[fault]) as server:
+        assert _calls(server.url, [], sink) == ["a", "b"]
+    statuses = [f["status"] for k, f, _ in sink.events if k == "response" and f["call"] == 1]
+    assert statuses[0] == int(fault.split(":")[1][:3])
+    assert statuses[-1] == 200
+    retry = next(f for k, f, _ in sink.events if k == "retry")
+    assert retry["backoff"] == (waits or 0.05)
+
+
+def test_fault_500_is_raised(echo_trace: Path) -> None:
+    """An injected 500 is not retried: ServerError."""
+    with ol.ReplayServer(echo_trace, speed=0, faults=["status:500"]) as server, pytest.raises(ol.ServerError) as c:
+        _calls(server.url, [])
+    assert c.value.status_code == 500
+
+
+def test_fault_malformed_and_stall(echo_trace: Path) -> None:
+    """malformed breaks the end payload (MalformedStreamError); stall delays the stream."""
+    with ol.ReplayServer(echo_trace, speed=0, faults=["malformed"]) as server:
+        with pytest.raises(ol.MalformedStreamError, match="not a valid RunToolOutput"):
+            _calls(server.url, [])
+    with ol.ReplayServer(echo_trace, speed=0, faults=["stall:0.6"]) as server:
+        started = time.monotonic()
+        assert _calls(server.url, []) == ["a", "b"]
+        assert time.monotonic() - started >= 0.6
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("boom", "unknown fault 'boom'"), ("cut", "needs a value"), ("cut:x", "number of events"),
+     ("status:abc", "HTTP status"), ("stall:1,who=me", "tool=NAME or times=N")],
+)  # fmt: skip
+def test_bad_faults_are_refused(text: str, message: str) -> None:
+    """A malformed fault string raises ValueError saying what is valid."""
+    with pytest.raises(ValueError, match=message):
+        ol.Fault.parse(text)
+
+
+def test_bad_arguments(echo_trace: Path) -> None:
+    """Only 127.0.0.1 is served; speed is not negative; a missing trace is a TraceFormatError."""
+    with pytest.raises(ValueError, match=r"127\.0\.0\.1"):
+        ol.ReplayServer(echo_trace, host="0.0.0.0")
+    with pytest.raises(ValueError, match="speed"):
+        ol.ReplayServer(echo_trace, speed=-1)
+    with pytest.raises(ol.TraceFormatError):
+        ol.ReplayServer(echo_trace.with_name("missing.parquet"))
+
+
+@pytest.fixture(scope="module")
+def slow_trace(tmp_path_factory: pytest.TempPathFactory, ors_sdk_server: Any) -> Path:
+    """A call that ran 10.5 s, with its ping at 10 s."""
+    path = tmp_path_factory.mktemp("slow") / "slow.parquet"
+    with ol.Recorder(path) as rec, ol.Client(ors_sdk_server.url, recorder=rec) as client:
+        with client.environment("lab").session(split="test", index=0) as session:
+            session.call("slow", {"seconds": 10.5})
+    return path
+
+
+def _ping_and_end(url: str, faults: list[str] | None = None) -> tuple[list[float], float]:
+    sink = Sink()
+    with ol.Client(url, recorder=sink) as client, client.environment("lab").session(split="test", index=0) as s:
+        started = time.monotonic()
+        assert s.call("slow", {"seconds": 10.5}).text == "slept"
+    pings = [at - started for k, _, at in sink.events if k == "comment"]
+    end = next(at for k, _, at in sink.events if k == "result") - started
+    return pings, end
+
+
+@pytest.mark.slow
+def test_timing_is_replayed_at_speed(slow_trace: Path) -> None:
+    """At speed 1 the ping and end come when they came; at speed 10 ten times sooner; no-pings drops it."""
+    recorded = ol.load_trace(slow_trace).events
+    head = recorded[recorded["kind"] == "response"]
+    call_head = head[head["call"] == 1]["t_ns"].iloc[0]
+    ping_ns = recorded[recorded["kind"] == "comment"]["t_ns"].iloc[0] - call_head
+    with ol.ReplayServer(slow_trace, speed=1.0) as server:
+        pings, end = _ping_and_end(server.url)
+    assert len(pings) == 1
+    assert abs(pings[0] - ping_ns / 1e9) < 0.05
+    assert 10.4 < end < 10.7
+    with ol.ReplayServer(slow_trace, speed=10.0) as server:
+        pings, end = _ping_and_end(server.url)
+    assert abs(pings[0] - ping_ns / 1e10) < 0.05
+    assert 1.0 < end < 1.2
+    with ol.ReplayServer(slow_trace, speed=0, faults=["no-pings"]) as server:
+        pings, end = _ping_and_end(server.url)
+    assert pings == []
+    assert end < 0.5
