@@ -2,13 +2,15 @@
 
 ``Quiz`` (served as "quiz") has 6 fixed tasks in split "test". An episode gets the prompt, calls
 ``blob{n: 200}`` twice (a 200-character text block, reward 0.0, not finished) and ``answer`` once
-(reward 1.0 when the answer is right, and the episode ends).
+(reward 1.0 when the answer is right, and the episode ends). ``wait{seconds}`` sleeps, for the replay
+timing benchmark.
 
     serve("bench.quiz_env:ENVIRONMENTS")   # from ors_lab.demo.launch, run from the repo root
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from ors import Environment, JSONObject, Split, TextBlock, ToolOutput, tool
@@ -25,6 +27,12 @@ class BlobInput(BaseModel):
     """Input of `Quiz.blob`."""
 
     n: int = Field(ge=0, le=MAX_BLOB, description="How many characters of text to return.")
+
+
+class WaitInput(BaseModel):
+    """Input of `Quiz.wait`."""
+
+    seconds: float = Field(ge=0, le=60, description="How long to wait before answering.")
 
 
 class AnswerInput(BaseModel):
@@ -57,6 +65,12 @@ class Quiz(Environment):
         """Return a text block of exactly n characters (reward 0.0, not finished)."""
         text = ("0123456789" * (params.n // 10 + 1))[: params.n]
         return ToolOutput(blocks=[TextBlock(text=text)], reward=0.0, finished=False)
+
+    @tool
+    async def wait(self, params: WaitInput) -> ToolOutput:
+        """Wait the given seconds, then answer "waited" (for timing benchmarks)."""
+        await asyncio.sleep(params.seconds)
+        return ToolOutput(blocks=[TextBlock(text="waited")], reward=None, finished=False)
 
     @tool
     async def answer(self, params: AnswerInput) -> ToolOutput:

@@ -46,6 +46,12 @@ class _Quiet(logging.Filter):
         return not (error is not None and isinstance(error, self.quiet))
 
 
+def _quieten(quiet: tuple[type[BaseException], ...]) -> None:
+    logger = logging.getLogger("uvicorn.error")
+    if quiet and not any(isinstance(f, _Quiet) and f.quiet == quiet for f in logger.filters):
+        logger.addFilter(_Quiet(quiet))
+
+
 @contextlib.contextmanager
 def serve_app(
     app: Any, *, port: int = 0, startup_timeout: float = 10.0, quiet: tuple[type[BaseException], ...] = ()
@@ -56,8 +62,7 @@ def serve_app(
     """
     import uvicorn
 
-    if quiet:
-        logging.getLogger("uvicorn.error").addFilter(_Quiet(quiet))
+    _quieten(quiet)
     server = uvicorn.Server(_config(app, port))
     thread = threading.Thread(target=server.run, name="ors-lab-uvicorn", daemon=True)
     thread.start()
@@ -75,12 +80,13 @@ def serve_app(
         thread.join(timeout=10)
 
 
-def run_app(app: Any, *, port: int, on_ready: Any = None) -> None:
+def run_app(app: Any, *, port: int, on_ready: Any = None, quiet: tuple[type[BaseException], ...] = ()) -> None:
     """Serve ``app`` on 127.0.0.1 in the foreground until SIGINT or SIGTERM."""
     import asyncio
 
     import uvicorn
 
+    _quieten(quiet)
     server = uvicorn.Server(_config(app, port))
 
     async def main() -> None:

@@ -7,6 +7,10 @@
   of an ORS server, so any client's traffic is recorded; Ctrl-C (or SIGTERM) writes the trace.
 - ``ors-lab show TRACE``: print a summary of a recorded trace (or of the parts of an unfinished
   one): sessions, calls by tool, rewards, latency percentiles, pings and errors.
+- ``ors-lab replay TRACE --port P --speed S [--fault F]``: serve a trace as an ORS server on 127.0.0.1
+  (speed 0: no waiting; faults as in ``ors_lab.replay.faults``); prints what went unplayed at the end.
+- ``ors-lab check TRACE [--ping-interval S]``: check every ``/call`` stream of a trace against the
+  ORS protocol; prints one line per violation and a summary, exits 1 when there is any.
 """
 
 from __future__ import annotations
@@ -53,6 +57,60 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from ors_lab.recording.trace import load_trace
+    from ors_lab.replay.check import call_streams, check_trace, format_violations
+
+    trace = load_trace(args.trace)
+    violations = check_trace(trace, ping_interval=args.ping_interval, ping_slack=args.ping_slack)
+    print(format_violations(violations, streams=len(call_streams(trace))))
+    return 1 if violations else 0
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (0 or more), not {text!r}")
+    return value
+
+
+def _fault(text: str) -> object:
+    """An argparse type: a fault, as ``ors_lab.replay.faults`` writes them."""
+    from ors_lab.replay.faults import Fault
+
+    try:
+        return Fault.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds, more than 0."""
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds more than 0, not {text!r}")
+    return value
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from ors_lab.replay.serve import run_replay
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    unplayed = run_replay(args.trace, port=args.port, speed=args.speed, faults=args.fault,
+                          allow_repeats=args.allow_repeats, say=say)  # fmt: skip
+    if unplayed:
+        say(f"{len(unplayed)} recorded requests were not played:")
+        for line in unplayed:
+            say(f"  {line}")
+    return 0
+
+
 def _proxy(args: argparse.Namespace) -> int:
     from ors_lab.recording.proxy import run_proxy
 
@@ -83,6 +141,33 @@ def _parser() -> argparse.ArgumentParser:
     show = commands.add_parser("show", help="print a summary of a recorded trace")
     show.add_argument("trace", help="the trace file (its .parts directory is read if the recording never closed)")
     show.set_defaults(run=_show)
+    check = commands.add_parser("check", help="check every /call stream of a trace against the ORS protocol")
+    check.add_argument("trace", help="the trace file (its .parts directory is read if the recording never closed)")
+    check.add_argument(
+        "--ping-interval",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="S",
+        help="how often the server pings a running call, in seconds (default: 10, as both reference servers)",
+    )
+    check.add_argument(
+        "--ping-slack",
+        type=_seconds,
+        default=2.5,
+        metavar="S",
+        help="how late a ping may be before the silence is a violation, in seconds (default: 2.5)",
+    )
+    check.set_defaults(run=_check)
+    replay = commands.add_parser("replay", help="serve a recorded trace as an ORS server on 127.0.0.1")
+    replay.add_argument("trace", help="the trace file")
+    replay.add_argument("--port", type=int, default=0, help="port to listen on, on 127.0.0.1 (default: a free one)")
+    replay.add_argument("--speed", type=_seconds, default=1.0, metavar="S",
+                        help="1 keeps the recorded timing, N is N times faster, 0 does not wait")  # fmt: skip
+    replay.add_argument("--fault", action="append", default=[], type=_fault, metavar="FAULT",
+                        help="inject a fault: cut:K, stall:S, status:CODE, malformed, no-pings; add ,tool=NAME "
+                        "and ,times=N to aim it (repeatable)")  # fmt: skip
+    replay.add_argument("--allow-repeats", action="store_true", help="answer a request again when it repeats")
+    replay.set_defaults(run=_replay)
     return parser
 
 

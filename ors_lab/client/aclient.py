@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
 import json
 import os
 import time
@@ -27,7 +26,7 @@ from typing import Any, Protocol, Self
 import httpx2
 
 from ors_lab.client.policy import BEFORE_SENDING, RetryPolicy
-from ors_lab.client.tap import SSETap
+from ors_lab.client.tap import EXCHANGES, SSETap
 from ors_lab.client.transport import AiohttpTransport
 from ors_lab.protocol.call import CallAssembler
 from ors_lab.protocol.errors import (
@@ -117,7 +116,6 @@ class AsyncClient:
         self.retry = retry or RetryPolicy()
         self.ping_interval = ping_interval
         self._flavor: str | None = None
-        self._exchanges = itertools.count(1)
         self._sessions: set[AsyncSession] = set()
 
     def __repr__(self) -> str:
@@ -176,7 +174,7 @@ class AsyncClient:
             timeout=self._timeout,
         )
         if self.recorder is not None:
-            request.extensions[EXCHANGE] = next(self._exchanges)
+            request.extensions[EXCHANGE] = next(EXCHANGES)
         return request
 
     async def _json(

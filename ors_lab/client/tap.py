@@ -7,6 +7,7 @@ the assembler, which yields the result at ``end``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -14,9 +15,13 @@ from ors_lab.protocol.call import CallAssembler
 from ors_lab.protocol.models import ToolResult
 from ors_lab.protocol.sse import SSEComment, SSEDecoder
 
-__all__ = ["Emit", "SSETap"]
+__all__ = ["EXCHANGES", "Emit", "SSETap"]
 
 Emit = Callable[..., None]
+
+EXCHANGES = itertools.count(1)
+"""Exchange numbers for the trace: one counter per process, shared by every client and proxy in it,
+so that requests recorded into one trace never share a number."""
 
 
 class SSETap:

@@ -24,7 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ors_lab.asgi import serve_app
-from ors_lab.client.tap import SSETap
+from ors_lab.client.tap import EXCHANGES, SSETap
 from ors_lab.client.transport import AiohttpTransport
 from ors_lab.protocol.call import CallAssembler
 from ors_lab.protocol.errors import ORSError
@@ -60,7 +60,6 @@ class RecordingProxy:
         self._tasks: dict[str, tuple[int, int]] = {}  # task_id -> (call, attempts so far)
         self._redirected: dict[str | None, tuple[int, int]] = {}  # a /call answered 3xx: its next attempt
         self._default_env: str | None = None
-        self._exchange = 0
         self.app = Starlette(routes=[Route("/{path:path}", self._handle, methods=METHODS)], lifespan=self._lifespan)
 
     @contextlib.asynccontextmanager
@@ -86,8 +85,7 @@ class RecordingProxy:
         task_id: str | None = None
         if request.method == "POST" and path.endswith("/call"):
             call, attempt, task_id = self._number_call(sid, body)
-        self._exchange += 1
-        context = {"session_id": sid, "call": call, "attempt": attempt, "exchange": self._exchange}
+        context = {"session_id": sid, "call": call, "attempt": attempt, "exchange": next(EXCHANGES)}
         emit("request", method=request.method, url=url, headers=headers, body=body, **context)
         upstream = self._client().build_request(request.method, url, headers=headers, content=body)
         started = time.monotonic_ns()

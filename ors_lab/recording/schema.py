@@ -11,7 +11,7 @@ import pyarrow as pa
 
 __all__ = ["COLUMNS", "KIND_LAYER", "LAYERS", "SCHEMA", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: the exchange column
 
 METADATA_SCHEMA_VERSION = b"ors_lab.schema_version"
 METADATA_VERSION = b"ors_lab.version"

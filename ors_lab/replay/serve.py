@@ -187,3 +187,33 @@ class ReplayTransport(httpx2.AsyncBaseTransport, httpx2.BaseTransport):
     def unplayed(self) -> list[str]:
         """Recorded requests that were never asked for."""
         return self.engine.unplayed()
+
+
+def run_replay(
+    trace: TraceLike,
+    *,
+    port: int = 0,
+    speed: float = 1.0,
+    faults: Iterable[Fault | str] = (),
+    allow_repeats: bool = False,
+    say: Any = print,
+) -> list[str]:
+    """Serve a trace on 127.0.0.1 in the foreground until SIGINT or SIGTERM; returns what went unplayed."""
+    import signal
+
+    from ors_lab.asgi import run_app
+
+    engine = ReplayEngine(trace, speed=speed, faults=faults, allow_repeats=allow_repeats)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # uvicorn re-raises the signal after its graceful shutdown
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            run_app(
+                replay_app(engine), port=port, on_ready=lambda url: say(f"replaying {engine.recording.name} at {url}")
+            )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return engine.unplayed()

@@ -410,7 +410,7 @@ def _write_wrong_version(path: Path) -> None:
         (None, r"no trace at .*missing\.parquet \(and no parts of one in .*missing\.parquet\.parts\)"),
         (lambda p: p.write_text("not parquet at all\n"), r"is not a readable Parquet file"),
         (lambda p: pd.DataFrame({"a": [1, 2]}).to_parquet(p), r"is Parquet but not an ors_lab trace"),
-        (_write_wrong_version, r"has trace schema version 999; this ors_lab reads version 1"),
+        (_write_wrong_version, rf"has trace schema version 999; this ors_lab reads version {SCHEMA_VERSION}"),
     ],
     ids=["missing", "not-parquet", "not-a-trace", "wrong-version"],
 )
