@@ -5,12 +5,13 @@ How a trace is written, and why it survives a crash:
 - ``emit`` only stamps the event (sequence number, monotonic nanoseconds since the run began) and
   queues it; a writer thread turns queued rows into Arrow columns, with secrets redacted first.
 - Every ``flush_interval`` seconds (0.5 s by default), and whenever ``part_rows`` rows are
-  waiting, the writer writes them as a new Parquet file ``PATH.parts/part-NNNNNN.parquet``: it
+  waiting, the writer writes them as a new Parquet file ``PATH.parts/part-NNNNNNNNN.parquet``: it
   writes a hidden temporary file and renames it into place, so a part is either whole or absent.
   A process killed at any moment therefore leaves every event recorded up to about one second
   before the kill readable, as plain Parquet files.
 - ``close()`` compacts the parts, in order, into the single file ``PATH`` and removes the parts.
-- Memory stays bounded: when the writer falls ``4 * part_rows`` rows behind, ``emit`` waits.
+- Memory stays bounded: the writer takes at most ``part_rows`` rows at a time, and when it falls
+  ``2 * part_rows`` rows behind, ``emit`` waits.
 
 ``load_trace(PATH)`` reads the compacted file, or, after a crash, the parts (``partial=True``).
 """
@@ -35,7 +36,6 @@ import pyarrow.parquet as pq
 
 from ors_lab.recording.redact import Redactor
 from ors_lab.recording.schema import (
-    COLUMNS,
     KIND_LAYER,
     METADATA_CREATED,
     METADATA_PARTIAL,
@@ -51,7 +51,7 @@ __all__ = ["Recorder", "parts_dir"]
 
 PART_GLOB = "part-*.parquet"
 SESSION_COLUMNS = ("environment", "split", "task_index", "task")
-COMPACT_ROWS = 131_072
+COMPACT_ROWS = 32_768
 
 
 def parts_dir(path: Path) -> Path:
@@ -80,7 +80,7 @@ class Recorder:
         redact_headers: Iterable[str] = (),
         redact_patterns: Iterable[str] = (),
         flush_interval: float = 0.5,
-        part_rows: int = 32_768,
+        part_rows: int = 16_384,
         compression: str = "zstd",
         overwrite: bool = False,
     ) -> None:
@@ -131,28 +131,33 @@ class Recorder:
             queue.append(fields)
             if len(queue) >= self.part_rows:
                 self._cond.notify()
-                while len(self._queue) >= 4 * self.part_rows and self._error is None:
-                    self._cond.wait(0.1)
+                while len(self._queue) >= 2 * self.part_rows and self._error is None:
+                    self._cond.wait(0.1)  # the writer is behind: wait, so memory stays bounded
         if self._error is not None:
             raise RuntimeError(f"the trace writer failed: {self._error!r}") from self._error
 
     # -- the writer thread -----------------------------------------------------------------------
 
     def _run_writer(self) -> None:
+        """Write a part every ``flush_interval`` seconds (sooner when ``part_rows`` rows wait)."""
         try:
+            last = time.monotonic()
             while True:
                 with self._cond:
-                    if not self._queue and not self._closing:
-                        self._cond.wait(self.flush_interval)
-                    rows, self._queue = self._queue, []
-                    closing = self._closing
+                    while not self._closing and len(self._queue) < self.part_rows:
+                        remaining = last + self.flush_interval - time.monotonic()
+                        if remaining <= 0 and self._queue:
+                            break
+                        self._cond.wait(remaining if remaining > 0 else self.flush_interval)
+                    rows = self._queue[: self.part_rows]
+                    del self._queue[: self.part_rows]
+                    done = self._closing and not self._queue
                     self._cond.notify_all()
                 if rows:
                     self._write_part(rows)
-                if closing:
-                    with self._cond:
-                        if not self._queue:
-                            return
+                    last = time.monotonic()
+                if done:
+                    return
         except BaseException as exc:  # surfaced by the next emit() and by close()
             self._error = exc
             with self._cond:
@@ -160,7 +165,7 @@ class Recorder:
 
     def _write_part(self, rows: list[dict[str, Any]]) -> None:
         table = self._table(rows)
-        name = f"part-{self._part_index:06d}.parquet"
+        name = f"part-{self._part_index:09d}.parquet"
         self._part_index += 1
         tmp = self.parts / f".{name}.tmp"
         pq.write_table(table, tmp, compression=self.compression)
@@ -180,17 +185,18 @@ class Recorder:
 
     def _table(self, rows: list[dict[str, Any]]) -> pa.Table:
         """Rows to an Arrow table: fill in context, redact, serialise nested values."""
-        columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
         redactor = self.redactor
-        wall0 = self._wall0_us
+        wall0, run_id = self._wall0_us, self.run_id
         for row in rows:
             self._enrich(row, redactor)
-            row["run_id"] = self.run_id
+            row["run_id"] = run_id
             row["wall"] = wall0 + row["t_ns"] // 1000
-            for name, column in columns.items():
-                column.append(row.get(name))
-        arrays = [_column(columns[field.name], field) for field in SCHEMA]
-        return pa.Table.from_arrays(arrays, schema=SCHEMA.with_metadata(self._metadata(partial=True)))
+        schema = SCHEMA.with_metadata(self._metadata(partial=True))
+        try:
+            return pa.Table.from_pylist(rows, schema=schema)
+        except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value of another type: convert column by column
+            arrays = [_column([row.get(field.name) for row in rows], field) for field in SCHEMA]
+            return pa.Table.from_arrays(arrays, schema=schema)
 
     def _enrich(self, row: dict[str, Any], redactor: Redactor) -> None:
         kind = row["kind"]
@@ -265,6 +271,7 @@ class Recorder:
                 if rows >= COMPACT_ROWS:
                     writer.write_table(pa.concat_tables(pending).replace_schema_metadata(schema.metadata))
                     pending, rows = [], 0
+                    pa.default_memory_pool().release_unused()
             if pending:
                 writer.write_table(pa.concat_tables(pending).replace_schema_metadata(schema.metadata))
         os.replace(tmp, self.path)

@@ -286,7 +286,7 @@ def test_the_documented_partial_recipes_read_an_unclosed_recording(tmp_path: Pat
         assert pd.read_parquet(parts).sort_values("seq")["seq"].tolist() == [0, 1, 2]
         trace = ors_lab.load_trace(path)
         assert trace.partial and trace.events["seq"].tolist() == [0, 1, 2]
-        assert pq.read_schema(parts / "part-000000.parquet").metadata[b"ors_lab.partial"] == b"true"
+        assert pq.read_schema(parts / "part-000000000.parquet").metadata[b"ors_lab.partial"] == b"true"
     finally:
         rec.close()
     assert not parts_dir(path).exists() and not ors_lab.load_trace(path).partial

@@ -16,6 +16,7 @@ import ors_lab
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.demo.script import guess_by_bisection, solve_arithmetic
 from ors_lab.recording.recorder import parts_dir
+from ors_lab.recording.schema import SCHEMA_VERSION
 from ors_lab.recording.show import summarize
 from tests.envs import common
 
@@ -84,7 +85,7 @@ def test_header_names_the_trace(run: Run) -> None:
     assert lines["run id"] == trace.events["run_id"].iloc[0]
     assert lines["created"] == trace.metadata["created"]
     assert lines["servers"] == run.url
-    assert lines["schema version"] == f"1 (written by ors_lab {ors_lab.__version__})"
+    assert lines["schema version"] == f"{SCHEMA_VERSION} (written by ors_lab {ors_lab.__version__})"
     assert lines["events"].startswith(f"{len(trace)} (http ")
 
 

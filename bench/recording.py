@@ -1,0 +1,593 @@
+"""Recording benchmark: what recording costs the client, how fast the recorder writes, how fast traces load.
+
+    python bench/recording.py              # 3 overhead rounds (12 batches), 1M-event writes: about 2.5 minutes
+    python bench/recording.py --quick      # 1 round of small batches, 200k-event writes (a smoke test, noisy)
+    python bench/recording.py --check      # exit 1 if a target is missed
+
+Three measurements, each in subprocesses of this script (``--worker ...``), so imports, heaps and
+peak RSS never mix:
+
+1. **Recording overhead.** The quiz workload of ``bench/client.py`` (open, prompt, 2 x ``blob``,
+   ``answer``, close; every result checked) with our ``AsyncClient`` at concurrency 32, once
+   without a recorder and once with ``recorder=Recorder(...)``, each batch against a freshly
+   started ors-sdk server (see bench/client.py for why). Each round runs four batches, plain,
+   recorded, recorded, plain (the next round recorded, plain, plain, recorded), so a drift of the
+   machine's speed within a round cancels out; the figure is the median over rounds of the
+   round's recorded ÷ plain episodes/s (the mean of its two batches of each). The recorded
+   worker then closes the recorder and checks the trace (one finished episode with reward 1.0 per
+   episode run), so a recorder that drops events cannot post a good figure.
+2. **Sustained write rate.** Synthetic events through ``Recorder.emit`` until ``close()`` returns
+   (compaction included), bytes per event of the compacted file, and the peak RSS over the
+   baseline (``ru_maxrss``, after the imports and one tiny Parquet write, which costs pyarrow about
+   55 MB once per process whatever is written). Two shapes of events: ``chunk`` (one SSE event row
+   with 50 bytes of data, as in tests/recording/test_crash.py) and ``episode`` (the 29 rows our
+   client emits for one quiz episode: requests and responses with headers and bodies, SSE chunks
+   and events, results, open and close; a new session id per episode).
+3. **Loading.** ``load_trace(path).events`` on the 1M-event ``episode`` trace of (2), against a bare
+   ``pyarrow.parquet.read_table(path).to_pandas()`` of the same file, interleaved, median of
+   several runs each.
+
+Targets: overhead >= 0.95; peak RSS for 1M events < 150 MB over the baseline; loading <= 1.5x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Run as `python bench/recording.py`, sys.path[0] is bench/ itself; put the repo root there instead.
+if sys.path and Path(sys.path[0] or ".").resolve() == REPO_ROOT / "bench":
+    sys.path[0] = str(REPO_ROOT)
+elif str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench.client import (  # noqa: E402
+    BLOB_CHARS,
+    ENV_NAME,
+    QUIET_BUDGET_S,
+    QUIET_CORES,
+    BadEpisode,
+    Episode,
+    QuietWaiter,
+    _check_answer,
+    _check_blob,
+    _check_prompt,
+    machine_busy_s,
+    process_cpu_s,
+    run_batch,
+)
+from bench.quiz_data import SPLIT, TASKS, expected_answer  # noqa: E402
+
+CONCURRENCY = 32
+TARGET_OVERHEAD = 0.95  # recorded ÷ plain episodes/s, at least
+TARGET_RSS_MB = 150.0  # peak RSS over the baseline while recording 1M events, below
+TARGET_LOAD = 1.5  # load_trace(path).events ÷ read_table(path).to_pandas(), at most
+WORKER_TIMEOUT = 300.0
+MB = 2**20
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Recording overhead: the quiz episodes of bench/client.py, with and without a recorder
+
+
+@contextlib.asynccontextmanager
+async def quiz_episodes(url: str, recorder: Any) -> AsyncIterator[Episode]:
+    """bench/client.py's episode for our client, with ``recorder=`` passed to the client."""
+    import ors_lab
+
+    async with ors_lab.AsyncClient(url, recorder=recorder) as client:
+        env = client.environment(ENV_NAME)
+
+        async def episode(i: int) -> None:
+            index = i % len(TASKS)
+            async with env.session(split=SPLIT, index=index) as session:
+                prompt = await session.prompt()
+                _check_prompt(prompt[0].text, index)  # type: ignore[union-attr]
+                for _ in range(2):
+                    r = await session.call("blob", {"n": BLOB_CHARS})
+                    if not r.ok:
+                        raise BadEpisode(f"blob failed: {r.error}")
+                    _check_blob(r.blocks[0].text, r.reward, r.finished)  # type: ignore[union-attr]
+                r = await session.call("answer", {"answer": expected_answer(index)})
+                if not r.ok:
+                    raise BadEpisode(f"answer failed: {r.error}")
+                _check_answer(r.reward, r.finished)
+
+        yield episode
+
+
+def writer_cpu_s(recorder: Any) -> float:
+    """User + system CPU seconds of the recorder's writer thread so far (0 without a recorder)."""
+    if recorder is None:
+        return 0.0
+    import psutil
+
+    native_id = recorder._writer.native_id
+    return sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id == native_id)
+
+
+async def overhead_worker(args: argparse.Namespace) -> dict[str, Any]:
+    """One batch, plain or recorded: warm up, measure, then (recorded) close and check the trace."""
+    from ors_lab.recording import Recorder, load_trace  # imported in both modes, for the same heap
+    from ors_lab.recording.recorder import PART_GLOB
+
+    path = Path(args.dir) / f"overhead-{os.getpid()}.parquet"
+    recorder = Recorder(path) if args.mode == "recorded" else None
+    async with quiz_episodes(args.url, recorder) as episode:
+        warm = await run_batch(episode, args.warmup, args.concurrency)
+        # The process's first Parquet write costs pyarrow about 0.3 s of CPU once; let it land here.
+        if recorder is not None:
+            for _ in range(60):
+                if any(recorder.parts.glob(PART_GLOB)):
+                    break
+                await asyncio.sleep(0.05)
+        parts0 = len(list(recorder.parts.glob(PART_GLOB))) if recorder is not None else 0
+        writer0 = writer_cpu_s(recorder)
+        server0, machine0 = process_cpu_s(args.server_pid), machine_busy_s()
+        batch = await run_batch(episode, args.episodes, args.concurrency, first=args.warmup)
+        server1, machine1 = process_cpu_s(args.server_pid), machine_busy_s()
+        writer1 = writer_cpu_s(recorder)
+    server_cpu = None if server0 is None or server1 is None else server1 - server0
+    outside = (machine1 - machine0) - batch.cpu_s - (server_cpu or 0.0)
+    result: dict[str, Any] = {
+        "mode": args.mode,
+        "eps": batch.episodes / batch.wall_s,
+        "cpu_ms": 1000 * batch.cpu_s / batch.episodes,
+        "server_cpu_ms": None if server_cpu is None else 1000 * server_cpu / batch.episodes,
+        "outside_cores": max(0.0, outside) / batch.wall_s,
+        "bad": warm.bad + batch.bad,
+    }
+    if recorder is not None:
+        parts1 = len(list(recorder.parts.glob(PART_GLOB)))
+        started = time.perf_counter()
+        recorder.close()
+        close_s = time.perf_counter() - started
+        trace = load_trace(path)
+        episodes = trace.episodes
+        run = args.warmup + args.episodes
+        good = int((episodes["finished"].astype(bool) & (episodes["final_reward"] == 1.0)).sum())
+        if trace.partial or len(episodes) != run or good != run:
+            result["bad"].append(f"the trace holds {good} good episodes of {len(episodes)}, {run} were run")
+        result |= {
+            "close_s": close_s,
+            "rows_per_episode": len(trace) / run,
+            "bytes_per_episode": path.stat().st_size / run,
+            "parts_per_s": (parts1 - parts0) / batch.wall_s,
+            "writer_cpu_ms": 1000 * (writer1 - writer0) / batch.episodes,
+        }
+        path.unlink()
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Sustained write rate and peak RSS: synthetic events
+
+
+URL = "http://127.0.0.1:8080"
+REQUEST_HEADERS = {
+    "host": "127.0.0.1:8080",
+    "accept": "*/*",
+    "accept-encoding": "gzip, deflate",
+    "connection": "keep-alive",
+    "user-agent": "ors-lab/0.1.0",
+}
+JSON_HEADERS = {
+    "date": "Mon, 30 Nov 2026 02:19:36 GMT",
+    "server": "uvicorn",
+    "content-length": "42",
+    "content-type": "application/json",
+}
+SSE_HEADERS = {
+    "date": "Mon, 30 Nov 2026 02:19:36 GMT",
+    "server": "uvicorn",
+    "cache-control": "no-cache",
+    "connection": "keep-alive",
+    "x-accel-buffering": "no",
+    "content-type": "text/event-stream; charset=utf-8",
+    "transfer-encoding": "chunked",
+}
+PROMPT = b'[{"text":"What is 7 + 8? Call answer with just the number.","detail":null,"type":"text"}]'
+BLOB_END = (
+    '{"ok":true,"output":{"blocks":[{"text":"' + "0123456789" * 20 + '","detail":null,"type":"text"}],'
+    '"metadata":null,"reward":0.0,"finished":false}}'
+)
+ANSWER_END = (
+    '{"ok":true,"output":{"blocks":[{"text":"Correct!","detail":null,"type":"text"}],'
+    '"metadata":null,"reward":1.0,"finished":true}}'
+)
+CALLS = (
+    (b'{"name":"blob","input":{"n":200}}', BLOB_END, 341),
+    (b'{"name":"blob","input":{"n":200}}', BLOB_END, 341),
+    (b'{"name":"answer","input":{"answer":"15"}}', ANSWER_END, 148),
+)
+
+
+def episode_events(i: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The 29 (kind, fields) our AsyncClient emits for one quiz episode, as it emits them."""
+    sid = f"{i:032x}"
+    headers = {**REQUEST_HEADERS, "x-session-id": sid}
+    sid_body = b'{"sid":"%s"}' % sid.encode()
+    http = {"session_id": sid, "attempt": 1, "call": None}
+    create = b'{"env_name":"quiz","split":"test","index":%d}' % (i % 6)
+    json_headers = {**headers, "content-type": "application/json"}
+    yield "request", {**http, "method": "POST", "url": URL + "/create", "headers": json_headers, "body": create}
+    yield "response", {**http, "status": 200, "headers": JSON_HEADERS, "ttfb_ns": 4_000_000, "body": sid_body}
+    yield "open", {"session_id": sid, "environment": "quiz", "split": "test", "task_index": i % 6, "task": None}
+    yield "request", {**http, "method": "GET", "url": URL + "/quiz/prompt", "headers": headers, "body": b""}
+    yield "response", {**http, "status": 200, "headers": JSON_HEADERS, "ttfb_ns": 2_000_000, "body": PROMPT}
+    for call, (body, end, size) in enumerate(CALLS, 1):
+        task_id = f"{i:028x}{call:04x}"
+        at = {"session_id": sid, "attempt": 1, "call": call}
+        sse = {**headers, "content-type": "application/json", "accept": "text/event-stream"}
+        yield "request", {**at, "method": "POST", "url": URL + "/quiz/call", "headers": sse, "body": body}
+        yield "response", {**at, "status": 200, "headers": SSE_HEADERS, "ttfb_ns": 2_000_000, "body": None}
+        yield "chunk", {"size": 58, **at}
+        yield "event", {"event": "task_id", "data": task_id, "sse_id": None, "retry_ms": None, **at}
+        yield "chunk", {"size": size, **at}
+        yield "event", {"event": "end", "data": end, "sse_id": None, "retry_ms": None, **at}
+        finished = call == len(CALLS)
+        reward = 1.0 if finished else 0.0
+        outcome = {"ok": True, "reward": reward, "finished": finished, "error": None, "reason": None}
+        yield "result", {"session_id": sid, "call": call, "task_id": task_id, **outcome}
+    yield "request", {**http, "method": "POST", "url": URL + "/delete", "headers": headers, "body": b""}
+    yield "response", {**http, "status": 200, "headers": JSON_HEADERS, "ttfb_ns": 3_000_000, "body": sid_body}
+    yield "close", {"session_id": sid}
+
+
+def write_worker(args: argparse.Namespace) -> dict[str, Any]:
+    """Emit args.events synthetic events of one shape, close; rate, size, peak RSS over the baseline."""
+    import psutil
+    import pyarrow.parquet as pq
+
+    from ors_lab.recording import Recorder
+    from ors_lab.recording.schema import SCHEMA
+
+    path = Path(args.path)
+    warm = path.with_name("warm-up.parquet")
+    pq.write_table(SCHEMA.empty_table(), warm)  # pyarrow's one-time cost of a first write (about 55 MB)
+    pq.read_table(warm)
+    warm.unlink()
+    gc.collect()
+    baseline = psutil.Process().memory_info().rss
+    events = args.events
+    started = time.perf_counter()
+    recorder = Recorder(path, overwrite=True)
+    emit = recorder.emit
+    if args.shape == "chunk":
+        for i in range(events):
+            emit("event", session_id=f"s{i // 1000}", call=i // 100 % 1000, event="chunk", data="x" * 50)
+    else:
+        emitted = i = 0
+        while emitted < events:
+            for kind, fields in episode_events(i):
+                emit(kind, **fields)
+                emitted += 1
+            i += 1
+        events = emitted
+    emitted_at = time.perf_counter()
+    peak_emitting = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    recorder.close()
+    closed_at = time.perf_counter()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rows = pq.ParquetFile(path).metadata.num_rows
+    if rows != events:
+        raise SystemExit(f"the trace holds {rows} rows; {events} events were emitted")
+    return {
+        "shape": args.shape,
+        "events": events,
+        "rate": events / (closed_at - started),
+        "emit_rate": events / (emitted_at - started),
+        "close_s": closed_at - emitted_at,
+        "bytes_per_event": path.stat().st_size / events,
+        "rss_emitting_mb": (peak_emitting - baseline) / MB,
+        "rss_mb": (peak - baseline) / MB,
+        "baseline_mb": baseline / MB,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Loading a trace
+
+
+def load_worker(args: argparse.Namespace) -> dict[str, Any]:
+    """Time load_trace(path).events, read_table().to_pandas() and the ArrowDtype variant, interleaved."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from ors_lab.recording import load_trace
+
+    path = Path(args.path)
+
+    def ours() -> Any:
+        return load_trace(path).events
+
+    def bare() -> Any:
+        return pq.read_table(path).to_pandas()
+
+    def bare_arrow() -> Any:
+        return pq.read_table(path).to_pandas(types_mapper=pd.ArrowDtype)
+
+    ways = {"ours": ours, "bare": bare, "bare_arrow": bare_arrow}
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    rows = len(ours())  # warm the page cache and the imports
+    for run in range(args.runs):
+        order = list(ways) if run % 2 == 0 else list(reversed(ways))
+        for name in order:
+            gc.collect()
+            started = time.perf_counter()
+            frame = ways[name]()
+            times[name].append(time.perf_counter() - started)
+            if len(frame) != rows:
+                raise SystemExit(f"{name} gave {len(frame)} rows, not {rows}")
+            del frame
+    return {"rows": rows, "times": times} | {name: statistics.median(v) for name, v in times.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# The parent
+
+
+def spawn(*worker_args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run this script as a worker in a fresh interpreter; its JSON result."""
+    command = [sys.executable, str(Path(__file__).resolve()), *worker_args]
+    child_env = dict(os.environ, NO_PROXY="127.0.0.1,localhost", **(env or {}))
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=child_env, capture_output=True, text=True, timeout=WORKER_TIMEOUT, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"worker {worker_args[:2]} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def measure_overhead(rounds: int, warmup: int, episodes: int, workdir: str, quiet: QuietWaiter) -> dict[str, Any]:
+    """Rounds of plain, recorded, recorded, plain batches (mirrored every other round), each on a fresh server."""
+    from ors_lab.demo.launch import serve
+
+    results: list[dict[str, Any]] = []
+    for round_number in range(rounds):
+        order = ("plain", "recorded", "recorded", "plain")
+        if round_number % 2:
+            order = ("recorded", "plain", "plain", "recorded")
+        for mode in order:
+            quiet.wait()
+            with serve("bench.quiz_env:ENVIRONMENTS", sdk="ors-sdk") as server:
+                r = spawn(
+                    "--worker", "overhead", "--mode", mode, "--url", server.url, "--server-pid", str(server.pid),
+                    "--concurrency", str(CONCURRENCY), "--episodes", str(episodes), "--warmup", str(warmup),
+                    "--dir", workdir,
+                )  # fmt: skip
+            r["round"] = round_number
+            results.append(r)
+            extra = ""
+            if mode == "recorded":
+                extra = (
+                    f"  {r['rows_per_episode']:.1f} rows/ep  {r['bytes_per_episode']:,.0f} B/ep  "
+                    f"{r['parts_per_s']:.0f} parts/s  writer thread {r['writer_cpu_ms']:.2f} CPU ms/ep  "
+                    f"close {r['close_s']:.2f} s"
+                )
+            print(
+                f"  round {round_number + 1} {mode:<8} {r['eps']:7.1f} episodes/s  "
+                f"{r['cpu_ms']:5.2f} client CPU ms/ep  {fmt(r['server_cpu_ms'], 2):>5} server CPU ms/ep  "
+                f"other load {r['outside_cores']:.2f} cores{extra}" + (f"  BAD: {r['bad'][:2]}" if r["bad"] else ""),
+                flush=True,
+            )
+    good = [r for r in results if not r["bad"]]
+    by_mode = {mode: [r for r in good if r["mode"] == mode] for mode in ("plain", "recorded")}
+    paired = []
+    for round_number in range(rounds):
+        runs = [r for r in good if r["round"] == round_number]
+        plain = [r["eps"] for r in runs if r["mode"] == "plain"]
+        recorded = [r["eps"] for r in runs if r["mode"] == "recorded"]
+        if plain and recorded:
+            paired.append(statistics.mean(recorded) / statistics.mean(plain))
+    summary: dict[str, Any] = {"paired": paired, "bad": [b for r in results for b in r["bad"]]}
+    for mode, runs in by_mode.items():
+        for key in ("eps", "cpu_ms", "server_cpu_ms", "outside_cores"):
+            values = [r[key] for r in runs if r[key] is not None]
+            summary[f"{mode}_{key}"] = statistics.median(values) if values else None
+    for key in ("rows_per_episode", "bytes_per_episode", "parts_per_s", "close_s", "writer_cpu_ms"):
+        values = [r[key] for r in by_mode["recorded"]]
+        summary[key] = statistics.median(values) if values else None
+    summary["ratio"] = statistics.median(paired) if paired else None
+    summary["other_load"] = statistics.median(r["outside_cores"] for r in good) if good else None
+    return summary
+
+
+def benchmark(args: argparse.Namespace) -> int:
+    if args.quick:
+        rounds, warmup, episodes, events, load_runs = 1, 32, 160, 200_000, 3
+    else:
+        rounds, warmup, episodes, events, load_runs = args.rounds, 96, args.episodes, args.events, args.load_runs
+    started = time.perf_counter()
+    quiet = QuietWaiter(0.0 if args.quick else QUIET_BUDGET_S)
+    with tempfile.TemporaryDirectory(prefix="ors-lab-bench-") as workdir:
+        print(
+            f"1. Recording overhead: our AsyncClient at c={CONCURRENCY}, {rounds} round(s) of 4 plain/recorded "
+            f"batches ({warmup} warm-up + {episodes} measured episodes), a fresh ors-sdk server per batch",
+            flush=True,
+        )
+        overhead = measure_overhead(rounds, warmup, episodes, workdir, quiet)
+
+        print(f"\n2. Sustained write rate: {events:,} synthetic events per shape", flush=True)
+        writes = {}
+        for shape in ("chunk", "episode"):
+            path = str(Path(workdir) / f"write-{shape}.parquet")
+            quiet.wait()
+            w = spawn("--worker", "write", "--shape", shape, "--events", str(events), "--path", path)
+            writes[shape] = w
+            print(
+                f"  {shape:<8} {w['events']:,} events: {w['rate']:,.0f} events/s to close ({w['emit_rate']:,.0f}/s "
+                f"emitting, close {w['close_s']:.1f} s), {w['bytes_per_event']:.1f} B/event, peak RSS "
+                f"+{w['rss_emitting_mb']:.0f} MB emitting, +{w['rss_mb']:.0f} MB by the end of close "
+                f"(baseline {w['baseline_mb']:.0f} MB)",
+                flush=True,
+            )
+
+        trace = str(Path(workdir) / "write-episode.parquet")
+        print(f"\n3. Loading the {writes['episode']['events']:,}-event episode trace, {load_runs} runs each")
+        quiet.wait()
+        load = spawn("--worker", "load", "--path", trace, "--runs", str(load_runs))
+        for name, label in (
+            ("ours", "load_trace(path).events"),
+            ("bare", "read_table(path).to_pandas()"),
+            ("bare_arrow", "read_table(path).to_pandas(types_mapper=pd.ArrowDtype)"),
+        ):
+            print(f"  {label:<56} " + " ".join(f"{t:.3f}" for t in load["times"][name]) + " s", flush=True)
+    elapsed = time.perf_counter() - started
+
+    ratio = overhead["ratio"]
+    extra_cpu = None
+    if overhead["recorded_cpu_ms"] is not None and overhead["plain_cpu_ms"] is not None:
+        extra_cpu = overhead["recorded_cpu_ms"] - overhead["plain_cpu_ms"]
+    worst_rss = max(w["rss_mb"] for w in writes.values())
+    load_ratio = load["ours"] / load["bare"]
+    million = events >= 1_000_000
+    checks = [
+        ("recording overhead", ratio is not None and ratio >= TARGET_OVERHEAD, f">= {TARGET_OVERHEAD}"),
+        ("peak RSS, 1M events", worst_rss < TARGET_RSS_MB, f"< {TARGET_RSS_MB:.0f} MB"),
+        ("load_trace(...).events", load_ratio <= TARGET_LOAD, f"<= {TARGET_LOAD}x"),
+    ]
+    verdict = {name: "met" if ok else "MISSED" for name, ok, _ in checks}
+    paired = ", ".join(f"{p:.3f}" for p in overhead["paired"])
+    other = overhead["other_load"]
+    noisy = f"; NOISY: median other load {other:.2f} cores" if other is not None and other > QUIET_CORES else ""
+    rss_note = "" if million else f" (run with {events:,} events, not 1M)"
+
+    print(f"\nMedians ({elapsed:.0f} s in all; other load is CPU busy outside the client and the server):\n")
+    print("| figure | value | target | |")
+    print("|---|---:|---|---|")
+    rows = [
+        (
+            f"episodes/s, c={CONCURRENCY}, plain `AsyncClient`",
+            fmt(overhead["plain_eps"]),
+            "",
+            f"{fmt(overhead['plain_cpu_ms'], 2)} client CPU ms/ep, other load "
+            f"{fmt(overhead['plain_outside_cores'], 2)}",
+        ),
+        (
+            f"episodes/s, c={CONCURRENCY}, `AsyncClient(recorder=Recorder(...))`",
+            fmt(overhead["recorded_eps"]),
+            "",
+            f"{fmt(overhead['recorded_cpu_ms'], 2)} client CPU ms/ep, other load "
+            f"{fmt(overhead['recorded_outside_cores'], 2)}",
+        ),
+        (
+            "**recording overhead**: recorded ÷ plain episodes/s (median over rounds)",
+            fmt(ratio, 3),
+            f">= {TARGET_OVERHEAD}",
+            f"{verdict['recording overhead']} (rounds: {paired}){noisy}",
+        ),
+        (
+            "client CPU ms/episode: recorded − plain (of which the writer thread)",
+            f"{fmt(extra_cpu, 2)} ({fmt(overhead['writer_cpu_ms'], 2)})",
+            "",
+            "process CPU, all threads, per measured episode",
+        ),
+        (
+            "trace rows per episode / bytes per episode",
+            f"{fmt(overhead['rows_per_episode'])} / {fmt(overhead['bytes_per_episode'], 0)}",
+            "",
+            f"{fmt(overhead['parts_per_s'], 0)} parts written per second while recording; "
+            f"close() {fmt(overhead['close_s'], 2)} s",
+        ),
+    ]
+    for shape, w in writes.items():
+        rows += [
+            (
+                f"write rate, `{shape}` events, emit → close (compaction included)",
+                f"{w['rate']:,.0f} events/s",
+                "",
+                f"{w['emit_rate']:,.0f}/s while emitting; close() {w['close_s']:.1f} s",
+            ),
+            (f"bytes per event on disk, `{shape}`", f"{w['bytes_per_event']:.1f}", "", ""),
+            (
+                f"**peak RSS over the baseline**, {w['events']:,} `{shape}` events",
+                f"+{w['rss_mb']:.0f} MB",
+                f"< {TARGET_RSS_MB:.0f} MB",
+                f"{'met' if w['rss_mb'] < TARGET_RSS_MB else 'MISSED'}{rss_note} "
+                f"(+{w['rss_emitting_mb']:.0f} MB before close())",
+            ),
+        ]
+    rows += [
+        (
+            f"**loading**: `load_trace(path).events` ÷ `read_table(path).to_pandas()`, {load['rows']:,} rows",
+            f"{load_ratio:.2f}x",
+            f"<= {TARGET_LOAD}x",
+            f"{verdict['load_trace(...).events']} ({load['ours']:.3f} s vs {load['bare']:.3f} s)",
+        ),
+        (
+            "`load_trace(path).events` ÷ `read_table(path).to_pandas(types_mapper=pd.ArrowDtype)`",
+            f"{load['ours'] / load['bare_arrow']:.2f}x",
+            "",
+            f"{load['bare_arrow']:.3f} s: the same conversion without load_trace's checks",
+        ),
+    ]
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print()
+    for name, ok, target in checks:
+        print(f"{name}: target {target}: {'met' if ok else 'MISSED'}")
+    if overhead["bad"]:
+        print(f"\n{len(overhead['bad'])} BAD EPISODES or traces; their batches are left out: {overhead['bad'][:5]}")
+    failed = bool(overhead["bad"]) or (args.check and not all(ok for _, ok, _ in checks))
+    return 1 if failed else 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="python bench/recording.py")
+    parser.add_argument("--rounds", type=int, default=3, help="overhead rounds of 4 batches each (default 3)")
+    parser.add_argument("--episodes", type=int, default=500, help="measured episodes per overhead batch (default 500)")
+    parser.add_argument("--events", type=int, default=1_000_000, help="synthetic events per write run (default 1M)")
+    parser.add_argument("--load-runs", type=int, default=5, help="timed runs of each way of loading (default 5)")
+    parser.add_argument("--quick", action="store_true", help="1 round, small batches, 200k events (smoke test)")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    worker = parser.add_argument_group("worker (internal: one measurement in a subprocess)")
+    worker.add_argument("--worker", choices=("overhead", "write", "load"), help=argparse.SUPPRESS)
+    worker.add_argument("--mode", choices=("plain", "recorded"), help=argparse.SUPPRESS)
+    worker.add_argument("--url", help=argparse.SUPPRESS)
+    worker.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
+    worker.add_argument("--concurrency", type=int, default=CONCURRENCY, help=argparse.SUPPRESS)
+    worker.add_argument("--warmup", type=int, default=96, help=argparse.SUPPRESS)
+    worker.add_argument("--dir", help=argparse.SUPPRESS)
+    worker.add_argument("--shape", choices=("chunk", "episode"), help=argparse.SUPPRESS)
+    worker.add_argument("--path", help=argparse.SUPPRESS)
+    worker.add_argument("--runs", type=int, default=5, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker == "overhead":
+        print(json.dumps(asyncio.run(overhead_worker(args))))
+        return 0
+    if args.worker == "write":
+        print(json.dumps(write_worker(args)))
+        return 0
+    if args.worker == "load":
+        print(json.dumps(load_worker(args)))
+        return 0
+    return benchmark(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
