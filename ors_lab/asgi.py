@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["HOST", "run_app", "serve_app"]
+__all__ = ["HOST", "read_body", "run_app", "serve_app"]
 
 HOST = "127.0.0.1"
 
@@ -32,6 +32,16 @@ def _config(app: Any, port: int) -> Any:
         timeout_keep_alive=60,
         timeout_graceful_shutdown=2,
     )
+
+
+async def read_body(receive: Any) -> bytes:
+    """The whole request body of an ASGI ``http`` scope."""
+    body = b""
+    while True:
+        message = await receive()
+        body += bytes(message.get("body", b""))
+        if not message.get("more_body"):
+            return body
 
 
 class _Quiet(logging.Filter):

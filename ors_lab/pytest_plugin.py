@@ -52,6 +52,7 @@ itself with a message saying what to do, rather than erroring in a fixture.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -60,13 +61,13 @@ import re
 import shlex
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
 if TYPE_CHECKING:
+    from ors_lab.recording.recorder import Recorder
     from ors_lab.recording.trace import Trace
     from ors_lab.replay.engine import Answer
     from ors_lab.replay.faults import Fault
@@ -189,7 +190,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
 # -- the fixture ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Plan:
     """Everything the fixture resolved for one test."""
 
@@ -214,14 +215,14 @@ def ors_replay(request: pytest.FixtureRequest) -> Iterator[ReplayFixture]:
     """The test's ORS traffic replayed from its trace, or recorded into it (see ``ors_lab.pytest_plugin``)."""
     item = request.node
     passed = functools.partial(_passed, item)  # asked at teardown, once the call has its report
+    plan: _Plan | None = None
     try:
         plan = _plan(item)
-        action = _action(plan)
-        opened = _OPENERS[action](plan, item, passed)
+        opened = _OPENERS[_action(plan)](plan, item, passed)
         fixture = opened.__enter__()
     except _Problem as problem:
-        item.stash[_PROBLEM] = str(problem)
-        yield ReplayFixture("", "replay", Path(), item.config.stash[_MODE])
+        item.stash[_PROBLEM] = str(problem)  # pytest_runtest_call fails the test with it
+        yield ReplayFixture("", "replay", plan.trace_path if plan else Path(), item.config.stash[_MODE])
         return
     try:
         yield fixture
@@ -274,7 +275,8 @@ def _faults(given: Any) -> tuple[Fault, ...]:
     faults = []
     for fault in items:
         try:
-            faults.append(fault if isinstance(fault, Fault) else Fault.parse(str(fault)))
+            # a copy: the engine counts a fault's uses on the object, and a marker's objects serve every test
+            faults.append(dataclasses.replace(fault, used=0) if isinstance(fault, Fault) else Fault.parse(str(fault)))
         except ValueError as exc:
             raise _Problem(f"@pytest.mark.{MARKER}(faults=...): {exc}") from None
     return tuple(faults)
@@ -438,7 +440,7 @@ _OPENERS: Mapping[str, Callable[[_Plan, pytest.Item, Callable[[], bool]], contex
 }
 
 
-def _close(recorder: Any, plan: _Plan, *, keep: bool) -> None:
+def _close(recorder: Recorder, plan: _Plan, *, keep: bool) -> None:
     """Close the recorder; its temporary trace is removed unless ``keep`` (and kept only if it closed)."""
     try:
         recorder.close()
@@ -513,6 +515,7 @@ def _new_episode_engine(trace: Trace, plan: _Plan) -> Any:
 
 def _new_episodes_app(engine: Any, proxy_app: Any, forwarded: list[int]) -> Any:
     """An ASGI app: the replay answers first; on ``_Forward`` the recording proxy takes the request."""
+    from ors_lab.asgi import read_body
     from ors_lab.replay.serve import replay_app
 
     replay = replay_app(engine)
@@ -521,12 +524,7 @@ def _new_episodes_app(engine: Any, proxy_app: Any, forwarded: list[int]) -> Any:
         if scope["type"] != "http":
             await proxy_app(scope, receive, send)  # lifespan: the proxy closes its upstream client at shutdown
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
 
         def again() -> Any:
             given = False

@@ -101,6 +101,8 @@ class Trace:
 def load_trace(path: str | os.PathLike[str]) -> Trace:
     """Read the trace at ``path``: the compacted file, or the parts of an unfinished recording."""
     path = Path(path)
+    if not path.name:
+        raise TraceFormatError(f"no trace at {str(path)!r}: a trace is a file, named like run.parquet")
     parts = parts_dir(path)
     if path.is_file():
         table, partial = _read(path), False

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -85,7 +86,8 @@ class ReplayEngine:
         self.trace = trace if isinstance(trace, Trace) else load_trace(trace)
         self.recording = Recording(self.trace)
         self.speed = speed
-        self.faults = [Fault.parse(f) if isinstance(f, str) else f for f in faults]
+        # copies: a fault counts its uses, and a list given to several replays serves each afresh
+        self.faults = [Fault.parse(f) if isinstance(f, str) else dataclasses.replace(f, used=0) for f in faults]
         self.allow_repeats = allow_repeats
         self._live: dict[str, _Live] = {}
         self._claimed: set[str] = set()

@@ -17,7 +17,7 @@ from typing import Any, Self
 
 import httpx2
 
-from ors_lab.asgi import serve_app
+from ors_lab.asgi import read_body, serve_app
 from ors_lab.recording.trace import Trace
 from ors_lab.replay.engine import Answer, ReplayEngine
 from ors_lab.replay.faults import Fault
@@ -41,12 +41,7 @@ def replay_app(engine: ReplayEngine) -> Any:
                     return
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         answer = engine.handle(scope["method"], scope["path"], headers, body)
         if answer.head_delay:
