@@ -112,6 +112,9 @@ class AsyncClient:
             transport=transport if transport is not None else AiohttpTransport(),
             follow_redirects=False,
         )
+        for name in ("accept", "accept-encoding", "connection"):  # HTTP/1.1 defaults: fewer bytes to parse
+            if name not in {key.lower() for key in default_headers}:
+                del self._http.headers[name]
         self.recorder = recorder
         self.retry = retry or RetryPolicy()
         self.ping_interval = ping_interval

@@ -51,7 +51,8 @@ __all__ = ["Recorder", "parts_dir"]
 
 PART_GLOB = "part-*.parquet"
 SESSION_COLUMNS = ("environment", "split", "task_index", "task")
-COMPACT_ROWS = 32_768
+COMPACT_ROWS = 16_384
+CONVERT_ROWS = 1_024
 
 
 def parts_dir(path: Path) -> Path:
@@ -80,7 +81,7 @@ class Recorder:
         redact_headers: Iterable[str] = (),
         redact_patterns: Iterable[str] = (),
         flush_interval: float = 0.5,
-        part_rows: int = 16_384,
+        part_rows: int = 8_192,
         compression: str = "zstd",
         overwrite: bool = False,
     ) -> None:
@@ -109,6 +110,7 @@ class Recorder:
         self._part_index = 0
         self._servers: set[str] = set()
         self._sessions: dict[str, dict[str, Any]] = {}
+        self._urls: dict[str, str] = {}  # URL -> redacted URL: a run asks the same few URLs again and again
         self._calls: dict[tuple[str | None, int], tuple[str | None, str | None]] = {}
         self._writer = threading.Thread(target=self._run_writer, name="ors-lab-recorder", daemon=True)
         self._writer.start()
@@ -187,16 +189,21 @@ class Recorder:
         """Rows to an Arrow table: fill in context, redact, serialise nested values."""
         redactor = self.redactor
         wall0, run_id = self._wall0_us, self.run_id
-        for row in rows:
+        for index, row in enumerate(rows):
+            if index % CONVERT_ROWS == CONVERT_ROWS - 1:
+                time.sleep(0)  # let the event loop thread have the GIL between slices
             self._enrich(row, redactor)
             row["run_id"] = run_id
             row["wall"] = wall0 + row["t_ns"] // 1000
         schema = SCHEMA.with_metadata(self._metadata(partial=True))
-        try:
-            return pa.Table.from_pylist(rows, schema=schema)
-        except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value of another type: convert column by column
-            arrays = [_column([row.get(field.name) for row in rows], field) for field in SCHEMA]
-            return pa.Table.from_arrays(arrays, schema=schema)
+        # in slices: each conversion holds the GIL, and the client's event loop is waiting for it
+        return (
+            pa.concat_tables(
+                _convert(rows[start : start + CONVERT_ROWS], schema) for start in range(0, len(rows), CONVERT_ROWS)
+            )
+            if rows
+            else schema.empty_table()
+        )
 
     def _enrich(self, row: dict[str, Any], redactor: Redactor) -> None:
         kind = row["kind"]
@@ -227,9 +234,13 @@ class Recorder:
             row.setdefault("input", tool_input)
         url = row.get("url")
         if url is not None:
-            url = redactor.url(url)
-            row["url"] = url
-            self._servers.add(_origin(url))
+            redacted = self._urls.get(url)
+            if redacted is None:
+                redacted = redactor.url(url)
+                if len(self._urls) < 10_000:
+                    self._urls[url] = redacted
+                self._servers.add(_origin(redacted))
+            url = row["url"] = redacted
         headers = row.get("headers")
         if headers is not None and not isinstance(headers, str):
             items = headers.multi_items() if hasattr(headers, "multi_items") else list(_items(headers))
@@ -294,6 +305,14 @@ class Recorder:
         import asyncio
 
         await asyncio.to_thread(self.close)
+
+
+def _convert(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value of another type: convert column by column
+        arrays = [_column([row.get(field.name) for row in rows], field) for field in SCHEMA]
+        return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _column(values: list[Any], field: pa.Field) -> pa.Array:
