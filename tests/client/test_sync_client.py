@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -68,10 +70,13 @@ def test_keyboard_interrupt_during_a_call_deletes_the_session(ors_sdk_server: An
     """Ctrl-C while a sync call waits on a slow tool cancels it and deletes the session."""
     with ol.Client(ors_sdk_server.url) as client:
         session = client.environment("lab").session(split="test", index=0)
-        timer = threading.Timer(0.5, lambda: __import__("_thread").interrupt_main())
+        # a real SIGINT, as Ctrl-C sends: it also wakes the main thread blocked waiting for the call
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        started = time.monotonic()
         with pytest.raises(KeyboardInterrupt), session:
             timer.start()
             session.call("slow", {"seconds": 20})
+        assert time.monotonic() - started < 5
         assert ping_status(ors_sdk_server.url, session.sid) == 404
 
 

@@ -48,7 +48,7 @@ def test_tree_drawing_parsed() -> None:
     assert TREE["SessionNotFoundError"] == "ServerError"
     assert TREE["OutcomeUnknownError"] == "StreamError"
     assert TREE["SessionClosedError"] == "ORSError"
-    assert len(TREE) == 11
+    assert len(TREE) == 13
 
 
 @pytest.mark.parametrize(("name", "parent"), sorted(TREE.items()))

@@ -287,3 +287,45 @@ def test_timing_is_replayed_at_speed(slow_trace: Path) -> None:
         pings, end = _ping_and_end(server.url)
     assert pings == []
     assert end < 0.5
+
+
+def test_replay_command_serves_a_trace_until_terminated(echo_trace: Path) -> None:
+    """`ors-lab replay TRACE --speed 0 --fault ...` serves the trace; SIGTERM stops it and lists what went unplayed."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "ors_lab.cli", "replay", str(echo_trace), "--speed", "0", "--fault", "status:503"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    with proc.stdout:
+        try:
+            found = re.search(r"http://127\.0\.0\.1:\d+", proc.stdout.readline())
+            assert found
+            with ol.Client(found.group(0), retry=ol.RetryPolicy(backoff=0.05)) as client:
+                with client.environment("echo").session(split="dev", index=0) as session:
+                    assert session.call("echo", {"text": "a"}).text == "a"  # after the injected 503
+            os.kill(proc.pid, signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+            rest = proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "1 recorded requests were not played" in rest
+    assert 'echo({"text":"b"})' in rest
+
+
+def test_replay_command_refuses_a_bad_fault(echo_trace: Path) -> None:
+    """A malformed --fault is a usage error naming the valid kinds."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ors_lab.cli", "replay", str(echo_trace), "--fault", "explode"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "unknown fault 'explode'" in done.stderr
