@@ -102,10 +102,10 @@ def _check_prompt(text: str, index: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _ours(url: str) -> AsyncIterator[Episode]:
+async def _ours(url: str, recorder: Any = None) -> AsyncIterator[Episode]:
     import ors_lab
 
-    async with ors_lab.AsyncClient(url) as client:
+    async with ors_lab.AsyncClient(url, recorder=recorder) as client:
         env = client.environment(ENV_NAME)
 
         async def episode(i: int) -> None:

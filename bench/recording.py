@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import json
 import os
@@ -44,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,21 +55,14 @@ elif str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.client import (  # noqa: E402
-    BLOB_CHARS,
-    ENV_NAME,
     QUIET_BUDGET_S,
     QUIET_CORES,
-    BadEpisode,
-    Episode,
     QuietWaiter,
-    _check_answer,
-    _check_blob,
-    _check_prompt,
+    _ours,
     machine_busy_s,
     process_cpu_s,
     run_batch,
 )
-from bench.quiz_data import SPLIT, TASKS, expected_answer  # noqa: E402
 
 CONCURRENCY = 32
 TARGET_OVERHEAD = 0.95  # recorded ÷ plain episodes/s, at least
@@ -84,30 +76,9 @@ MB = 2**20
 # 1. Recording overhead: the quiz episodes of bench/client.py, with and without a recorder
 
 
-@contextlib.asynccontextmanager
-async def quiz_episodes(url: str, recorder: Any) -> AsyncIterator[Episode]:
+def quiz_episodes(url: str, recorder: Any) -> Any:
     """bench/client.py's episode for our client, with ``recorder=`` passed to the client."""
-    import ors_lab
-
-    async with ors_lab.AsyncClient(url, recorder=recorder) as client:
-        env = client.environment(ENV_NAME)
-
-        async def episode(i: int) -> None:
-            index = i % len(TASKS)
-            async with env.session(split=SPLIT, index=index) as session:
-                prompt = await session.prompt()
-                _check_prompt(prompt[0].text, index)  # type: ignore[union-attr]
-                for _ in range(2):
-                    r = await session.call("blob", {"n": BLOB_CHARS})
-                    if not r.ok:
-                        raise BadEpisode(f"blob failed: {r.error}")
-                    _check_blob(r.blocks[0].text, r.reward, r.finished)  # type: ignore[union-attr]
-                r = await session.call("answer", {"answer": expected_answer(index)})
-                if not r.ok:
-                    raise BadEpisode(f"answer failed: {r.error}")
-                _check_answer(r.reward, r.finished)
-
-        yield episode
+    return _ours(url, recorder)
 
 
 def writer_cpu_s(recorder: Any) -> float:
