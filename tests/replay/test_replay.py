@@ -329,3 +329,19 @@ def test_replay_command_refuses_a_bad_fault(echo_trace: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "unknown fault 'explode'" in done.stderr
+
+
+def test_replay_transport_serves_a_sync_httpx2_client(echo_trace: Path) -> None:
+    """ReplayTransport also answers a plain sync httpx2.Client: JSON, and SSE read to the end."""
+    import httpx2
+
+    with httpx2.Client(transport=ol.ReplayTransport(echo_trace), base_url="http://replay") as http:
+        unrecorded = http.get("/list_environments")  # this trace never asked for it
+        assert (unrecorded.status_code, unrecorded.headers["x-ors-lab-replay"]) == (400, "mismatch")
+        sid = {"X-Session-ID": "mine"}
+        created = http.post("/create", headers=sid, json={"env_name": "echo", "split": "dev", "index": 0})
+        assert created.json() == {"sid": "mine"}
+        body = http.post("/echo/call", headers=sid, json={"name": "echo", "input": {"text": "a"}}).text
+    assert body.startswith("event: task_id\r\ndata: ")
+    assert '"text":"a"' in body
+    assert body.endswith("\r\n\r\n")
