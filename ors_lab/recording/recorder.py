@@ -53,6 +53,7 @@ PART_GLOB = "part-*.parquet"
 SESSION_COLUMNS = ("environment", "split", "task_index", "task")
 COMPACT_ROWS = 16_384
 CONVERT_ROWS = 1_024
+YIELD_ROWS = 64
 
 
 def parts_dir(path: Path) -> Path:
@@ -190,8 +191,8 @@ class Recorder:
         redactor = self.redactor
         wall0, run_id = self._wall0_us, self.run_id
         for index, row in enumerate(rows):
-            if index % CONVERT_ROWS == CONVERT_ROWS - 1:
-                time.sleep(0)  # let the event loop thread have the GIL between slices
+            if index % YIELD_ROWS == YIELD_ROWS - 1:
+                time.sleep(0)  # hand the GIL to the client's event loop every ~0.5 ms, not every 5
             self._enrich(row, redactor)
             row["run_id"] = run_id
             row["wall"] = wall0 + row["t_ns"] // 1000
