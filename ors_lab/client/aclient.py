@@ -118,6 +118,7 @@ class AsyncClient:
         for name in ("accept", "accept-encoding", "connection"):  # HTTP/1.1 defaults: fewer bytes to parse
             if name not in {key.lower() for key in default_headers}:
                 del self._http.headers[name]
+        self._base_headers = self._http.headers.multi_items()  # decoded once, not per request
         self.recorder = recorder
         self.retry = retry or RetryPolicy()
         self.ping_interval = ping_interval
@@ -163,7 +164,7 @@ class AsyncClient:
     def _request(
         self, method: str, path: str, body: Any, session_id: str | None, *, stream: bool = False
     ) -> httpx2.Request:
-        headers = list(self._http.headers.multi_items())
+        headers = list(self._base_headers)
         if session_id is not None:
             headers.append(("X-Session-ID", session_id))
         content = None
