@@ -126,6 +126,17 @@ async def _ours(url: str, recorder: Any = None) -> AsyncIterator[Episode]:
         yield episode
 
 
+async def _official_episode(session: Any, index: int) -> None:
+    """The episode, through an official client's session (both SDKs name things alike)."""
+    prompt = await session.get_prompt()
+    _check_prompt(prompt[0].text, index)
+    for _ in range(2):
+        out = await session.call_tool("blob", {"n": BLOB_CHARS})
+        _check_blob(out.blocks[0].text, out.reward, out.finished)
+    out = await session.call_tool("answer", {"answer": expected_answer(index)})
+    _check_answer(out.reward, out.finished)
+
+
 @contextlib.asynccontextmanager
 async def _ors_sdk(url: str) -> AsyncIterator[Episode]:
     from ors.client import AsyncORS
@@ -137,15 +148,8 @@ async def _ors_sdk(url: str) -> AsyncIterator[Episode]:
     tasks = [await env.get_task(SPLIT, i) for i in range(len(TASKS))]
 
     async def episode(i: int) -> None:
-        index = i % len(TASKS)
-        async with env.session(task=tasks[index]) as session:
-            prompt = await session.get_prompt()
-            _check_prompt(prompt[0].text, index)
-            for _ in range(2):
-                out = await session.call_tool("blob", {"n": BLOB_CHARS})
-                _check_blob(out.blocks[0].text, out.reward, out.finished)
-            out = await session.call_tool("answer", {"answer": expected_answer(index)})
-            _check_answer(out.reward, out.finished)
+        async with env.session(task=tasks[i % len(TASKS)]) as session:
+            await _official_episode(session, i % len(TASKS))
 
     try:
         yield episode
@@ -170,15 +174,8 @@ async def _openreward(url: str) -> AsyncIterator[Episode]:
     env = client.environments.get(ENV_NAME, variant=ENV_NAME, base_url=url)
 
     async def episode(i: int) -> None:
-        index = i % len(TASKS)
-        async with env.session(split=SPLIT, index=index) as session:
-            prompt = await session.get_prompt()
-            _check_prompt(prompt[0].text, index)
-            for _ in range(2):
-                out = await session.call_tool("blob", {"n": BLOB_CHARS})
-                _check_blob(out.blocks[0].text, out.reward, out.finished)
-            out = await session.call_tool("answer", {"answer": expected_answer(index)})
-            _check_answer(out.reward, out.finished)
+        async with env.session(split=SPLIT, index=i % len(TASKS)) as session:
+            await _official_episode(session, i % len(TASKS))
 
     try:
         yield episode
@@ -303,24 +300,28 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
 # The parent: one server, interleaved worker subprocesses, medians, the table
 
 
+def run_worker(script: str, *worker_args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``script`` as a worker in a fresh interpreter; return the JSON of its last stdout line."""
+    child_env = dict(os.environ, OPENREWARD_DISABLE_UPDATE_CHECK="1", NO_PROXY="127.0.0.1,localhost", **(env or {}))
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, script, *worker_args],
+        cwd=REPO_ROOT, env=child_env, capture_output=True, text=True, timeout=WORKER_TIMEOUT, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"worker {worker_args[:2]} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
 def spawn_worker(
     client: str, url: str, server_pid: int, concurrency: int, episodes: int, warmup: int
 ) -> dict[str, Any]:
     """Run one batch in a fresh interpreter and return its JSON result."""
-    command = [
-        sys.executable, str(Path(__file__).resolve()), "--worker", client, "--url", url,
-        "--server-pid", str(server_pid), "--concurrency", str(concurrency),
-        "--episodes", str(episodes), "--warmup", str(warmup),
-    ]  # fmt: skip
-    env = dict(os.environ, OPENREWARD_DISABLE_UPDATE_CHECK="1", NO_PROXY="127.0.0.1,localhost")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {client} c={concurrency} exited {done.returncode}:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_worker(
+        str(Path(__file__).resolve()), "--worker", client, "--url", url, "--server-pid", str(server_pid),
+        "--concurrency", str(concurrency), "--episodes", str(episodes), "--warmup", str(warmup),
+    )  # fmt: skip
 
 
 def load_now(sample_s: float = 0.4) -> float:

@@ -39,7 +39,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -62,6 +61,7 @@ from bench.client import (  # noqa: E402
     machine_busy_s,
     process_cpu_s,
     run_batch,
+    run_worker,
 )
 
 CONCURRENCY = 32
@@ -314,16 +314,7 @@ def load_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def spawn(*worker_args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run this script as a worker in a fresh interpreter; its JSON result."""
-    command = [sys.executable, str(Path(__file__).resolve()), *worker_args]
-    child_env = dict(os.environ, NO_PROXY="127.0.0.1,localhost", **(env or {}))
-    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        command, cwd=REPO_ROOT, env=child_env, capture_output=True, text=True, timeout=WORKER_TIMEOUT, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {worker_args[:2]} exited {done.returncode}:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_worker(str(Path(__file__).resolve()), *worker_args, env=env)
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
