@@ -226,17 +226,18 @@ class AsyncClient:
         With ``stream=False`` the body is read before returning.
         """
         exchange = request.extensions.get(EXCHANGE)
-        self._emit(
-            "request",
-            session_id=session_id,
-            attempt=attempt,
-            call=call,
-            exchange=exchange,
-            method=request.method,
-            url=str(request.url),
-            headers=request.headers,
-            body=request.content,
-        )
+        if self.recorder is not None:  # straight to the recorder (not through _emit): this runs per request
+            self.recorder.emit(
+                "request",
+                session_id=session_id,
+                attempt=attempt,
+                call=call,
+                exchange=exchange,
+                method=request.method,
+                url=str(request.url),
+                headers=request.headers,
+                body=request.content,
+            )
         started = time.monotonic_ns()
         try:
             # straight to the transport: no redirects, auth, cookies or hooks to run (httpx2's send
@@ -259,17 +260,18 @@ class AsyncClient:
                 await response.aread()
             finally:
                 await response.aclose()
-        self._emit(
-            "response",
-            session_id=session_id,
-            attempt=attempt,
-            call=call,
-            exchange=exchange,
-            status=response.status_code,
-            headers=response.headers,
-            ttfb_ns=ttfb_ns,
-            body=None if stream else response.content,
-        )
+        if self.recorder is not None:
+            self.recorder.emit(
+                "response",
+                session_id=session_id,
+                attempt=attempt,
+                call=call,
+                exchange=exchange,
+                status=response.status_code,
+                headers=response.headers,
+                ttfb_ns=ttfb_ns,
+                body=None if stream else response.content,
+            )
         return response
 
     def _error(self, response: httpx2.Response, session_id: str | None, task_id: str | None = None) -> ServerError:
@@ -309,17 +311,18 @@ class AsyncClient:
                 error=f"{type(exc).__name__}: {getattr(exc, 'message', exc)}",
             )
             raise
-        self._emit(
-            "result",
-            session_id=session.sid,
-            call=call_number,
-            task_id=result.task_id,
-            ok=result.ok,
-            reward=result.reward,
-            finished=result.finished,
-            error=result.error,
-            reason=result.reason,
-        )
+        if self.recorder is not None:
+            self.recorder.emit(
+                "result",
+                session_id=session.sid,
+                call=call_number,
+                task_id=result.task_id,
+                ok=result.ok,
+                reward=result.reward,
+                finished=result.finished,
+                error=result.error,
+                reason=result.reason,
+            )
         return result
 
     async def _call_attempts(
@@ -434,7 +437,7 @@ class AsyncClient:
                 await response.aread()
                 raise MalformedStreamError(f"expected an SSE stream, got {content_type!r}: {response.text[:200]!r}")
             tap = SSETap(
-                self._emit if self.recorder is not None else None,
+                self.recorder.emit if self.recorder is not None else None,
                 assembler,
                 session_id=sid,
                 attempt=attempt,

@@ -3,7 +3,9 @@
 How a trace is written, and why it survives a crash:
 
 - ``emit`` only stamps the event (sequence number, monotonic nanoseconds since the run began) and
-  queues it; a writer thread turns queued rows into Arrow columns, with secrets redacted first.
+  queues it (``httpx2.Headers`` as their raw bytes); a writer thread turns queued rows into Arrow
+  columns, with secrets redacted first: it fills in each row's context and redacts its URL,
+  headers and body in one pass over the rows, and the other columns go to Arrow as emitted.
 - Every ``flush_interval`` seconds (0.5 s by default), and whenever ``part_rows`` rows are
   waiting, the writer writes them as a new Parquet file ``PATH.parts/part-NNNNNNNNN.parquet``: it
   writes a hidden temporary file and renames it into place, so a part is either whole or absent.
@@ -26,15 +28,17 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+import httpx2
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ors_lab.recording.redact import Redactor
+from ors_lab.recording.redact import Redactor, is_create_url
 from ors_lab.recording.schema import (
     KIND_LAYER,
     METADATA_CREATED,
@@ -53,7 +57,22 @@ PART_GLOB = "part-*.parquet"
 SESSION_COLUMNS = ("environment", "split", "task_index", "task")
 COMPACT_ROWS = 16_384
 CONVERT_ROWS = 1_024
-YIELD_ROWS = 64
+YIELD_ROWS = 128
+HEADER_SETS = 1_024  # header lists kept with their JSON text: a server answers with the same headers again and again
+HEADER_ITEMS = 4_096  # redacted header items kept: a client sends the same few headers again and again
+RAW_HEADERS = "\0raw_headers"
+"""The field that holds ``httpx2.Headers`` as ``emit`` took them (see ``_joined``), in place of ``headers``."""
+
+ENRICHED = ("layer", *SESSION_COLUMNS, "tool", "input", "url", "headers", "body")
+"""The columns the writer computes row by row: layer, context, redaction, JSON text."""
+STAMPED = ("run_id", "wall")
+"""The columns the writer computes for a whole slice of rows at once."""
+PLAIN = pa.schema([field for field in SCHEMA if field.name not in ENRICHED and field.name not in STAMPED])
+"""The columns that go to Arrow as emitted (``seq``, ``t_ns`` and ``kind`` are stamped by ``emit``)."""
+ENRICHED_FIELDS = [SCHEMA.field(name) for name in ENRICHED]
+WALL = SCHEMA.field("wall").type
+NO_CONTEXT: tuple[Any, ...] = (None,) * len(SESSION_COLUMNS)
+NO_CALL: tuple[str | None, str | None] = (None, None)
 
 
 def parts_dir(path: Path) -> Path:
@@ -61,10 +80,13 @@ def parts_dir(path: Path) -> Path:
     return path.with_name(path.name + ".parts")
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)  # json.dumps makes one per call
+
+
 def _json(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _ENCODER.encode(value)
 
 
 class Recorder:
@@ -85,34 +107,45 @@ class Recorder:
         part_rows: int = 8_192,
         compression: str = "zstd",
         overwrite: bool = False,
+        append: bool = False,
     ) -> None:
         self.path = Path(path)
         self.parts = parts_dir(self.path)
-        if not overwrite and (self.path.exists() or self.parts.exists()):
-            raise FileExistsError(f"{self.path} already holds a trace; pass overwrite=True or choose another path")
+        if append and overwrite:
+            raise ValueError("append=True adds to a trace and overwrite=True replaces it: choose one")
+        if not (overwrite or append) and (self.path.exists() or self.parts.exists()):
+            raise FileExistsError(
+                f"{self.path} already holds a trace; pass append=True to add to it, overwrite=True to replace it, "
+                "or choose another path"
+            )
         if overwrite:
             self.path.unlink(missing_ok=True)
             shutil.rmtree(self.parts, ignore_errors=True)
-        self.parts.mkdir(parents=True)
+        first_part, first_seq, first_ns, servers = _reopen(self.path, self.parts) if append else (0, 0, 0, set())
+        self.parts.mkdir(parents=True, exist_ok=append)
         self.run_id = run_id or uuid.uuid4().hex
         self.redactor = Redactor(redact_headers, redact_patterns)
         self.flush_interval = flush_interval
         self.part_rows = part_rows
         self.compression = compression
         self.created = dt.datetime.now(dt.UTC)
-        self._t0 = time.monotonic_ns()
-        self._wall0_us = time.time_ns() // 1000
-        self._seq = itertools.count()
+        # t_ns goes on from where an appended trace stopped, so it never runs backwards in one file
+        self._t0 = time.monotonic_ns() - first_ns
+        self._wall0_us = time.time_ns() // 1000 - first_ns // 1000
+        self._seq = itertools.count(first_seq)
         self._queue: list[dict[str, Any]] = []
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # emit takes it directly: cheaper than entering the Condition
+        self._cond = threading.Condition(self._lock)
         self._closing = False
         self._closed = False
         self._error: BaseException | None = None
-        self._part_index = 0
-        self._servers: set[str] = set()
-        self._sessions: dict[str, dict[str, Any]] = {}
+        self._part_index = first_part
+        self._servers: set[str] = servers
+        self._sessions: dict[str, tuple[Any, ...]] = {}  # session id -> its SESSION_COLUMNS values
         self._urls: dict[str, str] = {}  # URL -> redacted URL: a run asks the same few URLs again and again
-        self._calls: dict[tuple[str | None, int], tuple[str | None, str | None]] = {}
+        self._calls: dict[str | None, dict[int, tuple[str | None, str | None]]] = {}  # session -> call -> tool, input
+        self._header_sets: dict[bytes, str] = {}  # _joined(raw headers) -> JSON text
+        self._header_items: dict[bytes, tuple[str, str]] = {}  # b"name\0value" -> (name, JSON member)
         self._writer = threading.Thread(target=self._run_writer, name="ors-lab-recorder", daemon=True)
         self._writer.start()
 
@@ -126,8 +159,14 @@ class Recorder:
         """Record one event now. ``fields`` are column values (see docs/trace-format.md)."""
         fields["t_ns"] = time.monotonic_ns() - self._t0
         fields["kind"] = kind
-        with self._cond:
-            if self._closed or self._closing:
+        headers = fields.get("headers")
+        if headers is not None and isinstance(headers, httpx2.Headers):
+            raw = _joined(headers.raw)
+            if raw is not None:
+                del fields["headers"]
+                fields[RAW_HEADERS] = raw
+        with self._lock:
+            if self._closing:  # set before _closed, and never unset
                 raise RuntimeError(f"{self!r} is closed")
             fields["seq"] = next(self._seq)
             queue = self._queue
@@ -171,7 +210,9 @@ class Recorder:
         name = f"part-{self._part_index:09d}.parquet"
         self._part_index += 1
         tmp = self.parts / f".{name}.tmp"
-        pq.write_table(table, tmp, compression=self.compression)
+        # no dictionaries and no column statistics in a part (a third of its write): the compacted
+        # file is written anew, with both, at close
+        pq.write_table(table, tmp, compression=self.compression, use_dictionary=False, write_statistics=False)
         os.replace(tmp, self.parts / name)
 
     def _metadata(self, partial: bool) -> dict[bytes, bytes]:
@@ -188,73 +229,171 @@ class Recorder:
 
     def _table(self, rows: list[dict[str, Any]]) -> pa.Table:
         """Rows to an Arrow table: fill in context, redact, serialise nested values."""
-        redactor = self.redactor
-        wall0, run_id = self._wall0_us, self.run_id
-        for index, row in enumerate(rows):
-            if index % YIELD_ROWS == YIELD_ROWS - 1:
-                time.sleep(0)  # hand the GIL to the client's event loop every ~0.5 ms, not every 5
-            self._enrich(row, redactor)
-            row["run_id"] = run_id
-            row["wall"] = wall0 + row["t_ns"] // 1000
-        schema = SCHEMA.with_metadata(self._metadata(partial=True))
         # in slices: each conversion holds the GIL, and the client's event loop is waiting for it
-        return (
-            pa.concat_tables(
-                _convert(rows[start : start + CONVERT_ROWS], schema) for start in range(0, len(rows), CONVERT_ROWS)
-            )
-            if rows
-            else schema.empty_table()
-        )
+        tables = [self._slice(rows[start : start + CONVERT_ROWS]) for start in range(0, len(rows), CONVERT_ROWS)]
+        schema = SCHEMA.with_metadata(self._metadata(partial=True))  # after the rows: their servers included
+        if not tables:
+            return schema.empty_table()
+        return pa.concat_tables(tables).replace_schema_metadata(schema.metadata)
 
-    def _enrich(self, row: dict[str, Any], redactor: Redactor) -> None:
-        kind = row["kind"]
-        row.setdefault("layer", KIND_LAYER.get(kind, "agent"))
-        sid = row.get("session_id")
-        row["task"] = _json(row.get("task"))
-        if sid is not None:
-            if kind == "request" and str(row.get("url", "")).endswith("/create"):
-                self._sessions[sid] = _session_of_create(row.get("body"))
-            elif kind == "open":
-                opened = {name: row.get(name) for name in SESSION_COLUMNS}
-                self._sessions[sid] = {
-                    **self._sessions.get(sid, {}),
-                    **{k: v for k, v in opened.items() if v is not None},
-                }
-        context = self._sessions.get(sid) if sid is not None else None
-        if context:
-            for name, value in context.items():
-                if row.get(name) is None:
-                    row[name] = value
-        call = row.get("call")
-        if call is not None:
-            key = (sid, call)
-            if kind == "request" and key not in self._calls:
-                self._calls[key] = _tool_and_input(row.get("body"))
-            tool, tool_input = self._calls.get(key, (None, None))
-            row.setdefault("tool", tool)
-            row.setdefault("input", tool_input)
-        url = row.get("url")
-        if url is not None:
-            redacted = self._urls.get(url)
-            if redacted is None:
-                redacted = redactor.url(url)
-                if len(self._urls) < 10_000:
-                    self._urls[url] = redacted
-                self._servers.add(_origin(redacted))
-            url = row["url"] = redacted
-        headers = row.get("headers")
-        if headers is not None and not isinstance(headers, str):
-            raw = getattr(headers, "raw", None)  # httpx2.Headers: its raw bytes decode cheaper than multi_items()
-            items = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw] if raw is not None else _items(headers)
-            row["headers"] = _json(redactor.header_items(items))
-        body = row.get("body")
-        if body is not None:
-            row["body"] = redactor.body(url or "", body)
-        if redactor.patterns:
-            for name in ("data", "comment", "error", "input", "task"):
-                value = row.get(name)
-                if isinstance(value, str):
-                    row[name] = redactor.text(value)
+    def _slice(self, rows: list[dict[str, Any]]) -> pa.Table:
+        """Up to CONVERT_ROWS rows as a table: ENRICHED columns from ``_enrich``, PLAIN ones as emitted."""
+        enriched = self._enrich(rows)
+        try:
+            arrays = dict(zip(PLAIN.names, pa.Table.from_pylist(rows, schema=PLAIN).columns, strict=True))
+            for field, values in zip(ENRICHED_FIELDS, enriched, strict=True):
+                arrays[field.name] = pa.array(values, type=field.type)
+        except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value of another type: convert column by column
+            computed = dict(zip(ENRICHED, enriched, strict=True))
+            arrays = {
+                field.name: _column(
+                    computed[field.name] if field.name in computed else [row.get(field.name) for row in rows], field
+                )
+                for field in SCHEMA
+                if field.name not in STAMPED
+            }
+        arrays["run_id"] = pa.repeat(pa.scalar(self.run_id, SCHEMA.field("run_id").type), len(rows))
+        arrays["wall"] = pa.array(arrays["t_ns"].to_numpy() // 1000 + self._wall0_us, type=WALL)
+        return pa.Table.from_arrays([arrays[name] for name in SCHEMA.names], schema=SCHEMA)
+
+    def _enrich(self, rows: list[dict[str, Any]]) -> list[list[Any]]:
+        """The ENRICHED columns of ``rows``; with user patterns, also redacts their data, comment and error."""
+        redactor, patterns = self.redactor, self.redactor.patterns
+        sessions, calls, urls = self._sessions, self._calls, self._urls
+        # one list per column, not a tuple per row: a tuple per row would be thousands of young
+        # GC-tracked objects, and each 700 of them start a garbage collection
+        columns: list[list[Any]] = [[] for _ in ENRICHED]
+        layers, environments, splits, indexes, tasks, tools, inputs, url_column, header_column, bodies = columns
+        for start in range(0, len(rows), YIELD_ROWS):
+            if start:
+                time.sleep(0)  # hand the GIL to the client's event loop every ~0.5 ms, not every 5
+            for row in rows[start : start + YIELD_ROWS]:
+                get = row.get
+                kind = row["kind"]
+                layer = row["layer"] if "layer" in row else KIND_LAYER.get(kind, "agent")
+                sid = get("session_id")
+                task = get("task")
+                if task is not None and not isinstance(task, str):
+                    task = _json(task)
+                environment, split, task_index = get("environment"), get("split"), get("task_index")
+                if sid is not None:
+                    if kind == "request" and is_create_url(str(get("url", ""))):
+                        context = sessions[sid] = _session_of_create(get("body"))
+                    elif kind == "open":
+                        context = sessions[sid] = _merged(sessions.get(sid), (environment, split, task_index, task))
+                    else:
+                        context = sessions.get(sid, NO_CONTEXT)
+                    if environment is None:
+                        environment = context[0]
+                    if split is None:
+                        split = context[1]
+                    if task_index is None:
+                        task_index = context[2]
+                    if task is None:
+                        task = context[3]
+                    if kind == "close":  # nothing of the session follows its close: keep memory bounded
+                        sessions.pop(sid, None)
+                        calls.pop(sid, None)
+                call = get("call")
+                if call is not None:
+                    of_session = calls.get(sid)
+                    if of_session is None:
+                        of_session = calls[sid] = {}
+                    if kind == "request" and call not in of_session:
+                        of_session[call] = _tool_and_input(get("body"))
+                    tool, tool_input = of_session.get(call, NO_CALL)
+                    if "tool" in row:
+                        tool = row["tool"]
+                    if "input" in row:
+                        tool_input = row["input"]
+                else:
+                    tool, tool_input = get("tool"), get("input")
+                url = get("url")
+                if url is not None:
+                    redacted = urls.get(url)
+                    if redacted is None:
+                        redacted = redactor.url(url)
+                        if len(urls) < 10_000:
+                            urls[url] = redacted
+                        self._servers.add(_origin(redacted))
+                    url = redacted
+                headers = get("headers")
+                if headers is None:
+                    raw = get(RAW_HEADERS)
+                    if raw is not None:
+                        headers = self._raw_headers_json(raw)
+                elif not isinstance(headers, str):
+                    headers = self._headers_json(headers)
+                body = get("body")
+                if body is not None:
+                    body = redactor.body(url or "", body)
+                if patterns:
+                    tool_input, task = self._redact_texts(row, tool_input, task)
+                layers.append(layer)
+                environments.append(environment)
+                splits.append(split)
+                indexes.append(task_index)
+                tasks.append(task)
+                tools.append(tool)
+                inputs.append(tool_input)
+                url_column.append(url)
+                header_column.append(headers)
+                bodies.append(body)
+        return columns
+
+    def _redact_texts(self, row: dict[str, Any], tool_input: Any, task: Any) -> tuple[Any, Any]:
+        """The user patterns' matches out of the row's data, comment and error (in place), input and task."""
+        text = self.redactor.text
+        for name in ("data", "comment", "error"):
+            value = row.get(name)
+            if isinstance(value, str):
+                row[name] = text(value)
+        if isinstance(tool_input, str):
+            tool_input = text(tool_input)
+        if isinstance(task, str):
+            task = text(task)
+        return tool_input, task
+
+    def _headers_json(self, headers: Any) -> str | None:
+        """Headers as JSON text: what ``_json(redactor.header_items(...))`` makes of them."""
+        raw = getattr(headers, "raw", None)  # httpx2.Headers (that emit did not take) and the like
+        items = _decoded(raw) if raw is not None else _items(headers)
+        return _json(self.redactor.header_items(items))
+
+    def _raw_headers_json(self, raw: bytes) -> str:
+        """``_headers_json`` of the headers ``_joined`` made ``raw``: from caches of lists and of items."""
+        text = self._header_sets.get(raw)
+        if text is not None:
+            return text
+        cache = self._header_items
+        names: set[str] = set()
+        members: list[str] = []
+        for item in raw.split(b"\n"):
+            known = cache.get(item)
+            if known is None:
+                known = self._header_item(item)
+            name, member = known
+            if name in names:  # a repeated name: header_items joins the values
+                pairs = [each.partition(b"\0")[::2] for each in raw.split(b"\n")]
+                text = _ENCODER.encode(self.redactor.header_items(_decoded(pairs)))
+                break
+            names.add(name)
+            members.append(member)
+        else:
+            text = "{" + ",".join(members) + "}"
+        if len(self._header_sets) >= HEADER_SETS:
+            self._header_sets.clear()
+        self._header_sets[raw] = text
+        return text
+
+    def _header_item(self, item: bytes) -> tuple[str, str]:
+        """One ``b"name\\0value"``'s lower-case name and ``"name":"value"`` JSON member, redacted; cached."""
+        name, _, value = item.partition(b"\0")
+        ((key, redacted),) = self.redactor.header_items(_decoded([(name, value)])).items()
+        if len(self._header_items) >= HEADER_ITEMS:
+            self._header_items.clear()
+        known = self._header_items[item] = (key, f"{_ENCODER.encode(key)}:{_ENCODER.encode(redacted)}")
+        return known
 
     # -- closing ---------------------------------------------------------------------------------
 
@@ -309,15 +448,54 @@ class Recorder:
         await asyncio.to_thread(self.close)
 
 
-def _convert(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+def _reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
+    """Make the trace at ``path`` (compacted, or the parts of a killed run) parts again, to append to.
+
+    Returns the next part number, the next sequence number, the next ``t_ns`` and the servers seen.
+    A compacted file becomes the first part (renamed: whole or absent, at any moment).
+    """
+    parts.mkdir(parents=True, exist_ok=True)
+    for stale in parts.glob(".part-*.tmp"):  # a part half-written when the process died
+        stale.unlink()
+    existing = sorted(parts.glob(PART_GLOB))
+    if path.is_file():
+        if existing:
+            raise FileExistsError(f"{path} is a finished trace, yet {parts} holds parts too; remove one of them")
+        _check_trace(path)
+        target = parts / "part-000000000.parquet"
+        os.replace(path, target)
+        existing = [target]
+    if not existing:
+        return 0, 0, 0, set()
+    last_seq, last_ns, servers = -1, -1, set()
+    for part in existing:
+        _check_trace(part)
+        table = pq.read_table(part, columns=["seq", "t_ns"])
+        if table.num_rows:
+            last_seq = max(last_seq, int(pc.max(table["seq"]).as_py()))
+            last_ns = max(last_ns, int(pc.max(table["t_ns"]).as_py()))
+    metadata = pq.read_schema(existing[-1]).metadata or {}
+    servers = set(json.loads(metadata.get(METADATA_SERVERS, b"[]")))
+    return int(existing[-1].name[5:14]) + 1, last_seq + 1, last_ns + 1, servers
+
+
+def _check_trace(path: Path) -> None:
+    """Refuse to append to a file that is not a trace of this schema version."""
+    from ors_lab.protocol.errors import TraceFormatError
+
     try:
-        return pa.Table.from_pylist(rows, schema=schema)
-    except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value of another type: convert column by column
-        arrays = [_column([row.get(field.name) for row in rows], field) for field in SCHEMA]
-        return pa.Table.from_arrays(arrays, schema=schema)
+        metadata = pq.read_schema(path).metadata or {}
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceFormatError(f"cannot append to {path}: it is not a readable Parquet file ({exc})") from exc
+    version = metadata.get(METADATA_SCHEMA_VERSION, b"").decode()
+    if version != SCHEMA_VERSION:
+        raise TraceFormatError(
+            f"cannot append to {path}: its trace schema version is {version or 'missing'}, this ors_lab writes "
+            f"{SCHEMA_VERSION}"
+        )
 
 
-def _column(values: list[Any], field: pa.Field) -> pa.Array:
+def _column(values: Sequence[Any], field: pa.Field) -> pa.Array:
     """One column; a string column takes any JSON-able value (as its JSON text)."""
     try:
         return pa.array(values, type=field.type)
@@ -338,21 +516,37 @@ def _origin(url: str) -> str:
     return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
-def _session_of_create(body: bytes | None) -> dict[str, Any]:
-    """The task identity a /create body names (env_name, split/index or task_spec)."""
+def _session_of_create(body: bytes | None) -> tuple[Any, ...]:
+    """The task identity a /create body names (env_name, split/index or task_spec), as SESSION_COLUMNS."""
     try:
         value = json.loads(body or b"")
     except ValueError:
-        return {}
+        return NO_CONTEXT
     if not isinstance(value, dict):
-        return {}
-    found = {
-        "environment": value.get("env_name"),
-        "split": value.get("split"),
-        "task_index": value.get("index"),
-        "task": _json(value.get("task_spec")),
-    }
-    return {name: v for name, v in found.items() if v is not None}
+        return NO_CONTEXT
+    return (value.get("env_name"), value.get("split"), value.get("index"), _json(value.get("task_spec")))
+
+
+def _joined(raw: list[tuple[bytes, bytes]]) -> bytes | None:
+    """``b"name\\0value\\nname\\0value..."``, or None if a name or value holds a NUL or a newline.
+
+    ``emit`` queues ``httpx2.Headers`` this way: the header object, its list and its tuple per
+    header are GC-tracked, and thousands of them waiting in the queue make the client's garbage
+    collections several times as frequent. The writer redacts these bytes as it would the object.
+    """
+    joined = b"\n".join(map(b"\0".join, raw))
+    if raw and joined.count(b"\0") == len(raw) and joined.count(b"\n") == len(raw) - 1:
+        return joined
+    return None
+
+
+def _decoded(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]
+
+
+def _merged(known: tuple[Any, ...] | None, opened: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A session's context after its ``open`` row: the row's values where given, else what was known."""
+    return tuple(new if new is not None else old for new, old in zip(opened, known or NO_CONTEXT, strict=True))
 
 
 def _tool_and_input(body: bytes | None) -> tuple[str | None, str | None]:

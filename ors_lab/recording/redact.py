@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["REDACTED", "Redactor"]
+__all__ = ["REDACTED", "Redactor", "is_create_url"]
 
 REDACTED = "<redacted>"
 
@@ -65,11 +65,11 @@ class Redactor:
                 query = urlencode([(k, REDACTED if k.lower() in SECRET_QUERY_KEYS else v) for k, v in pairs])
         return self.text(urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)))
 
-    def body(self, path: str, body: bytes | None) -> bytes | None:
-        """A request body, with a ``/create`` body's ``secrets`` values replaced."""
+    def body(self, url: str, body: bytes | None) -> bytes | None:
+        """A request body, with a ``/create`` body's ``secrets`` values replaced (``url`` may carry a query)."""
         if not body:
             return body
-        if path.rstrip("/").endswith("/create") and b"secrets" in body:
+        if b"secrets" in body and is_create_url(url):
             try:
                 value = json.loads(body)
             except ValueError:
@@ -80,6 +80,11 @@ class Redactor:
         if self.patterns:
             body = self.text(body.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
         return body
+
+
+def is_create_url(url: str) -> bool:
+    """True for a URL whose path is an ORS ``/create`` (whatever its query or fragment)."""
+    return urlsplit(url).path.rstrip("/").endswith("/create")
 
 
 def _redact_x_secrets(value: str) -> str:

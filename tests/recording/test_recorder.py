@@ -6,6 +6,8 @@ import asyncio
 import base64
 import datetime as dt
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -230,3 +232,90 @@ def test_sync_client_records_too(ors_sdk_server: Any, tmp_path: Path) -> None:
     trace = ol.load_trace(path)
     assert trace.episodes.loc[0, "total_reward"] == common.ECHO_REWARD
     assert trace.sessions.loc[0, "environment"] == "echo"
+
+
+# -- appending -----------------------------------------------------------------------------------
+
+
+def _write(path: Path, rows: int, **options: Any) -> None:
+    with ol.Recorder(path, **options) as rec:
+        for n in range(rows):
+            rec.emit("comment", comment=f"row {n}")
+
+
+def _comments(path: Path) -> tuple[list[str], list[int], list[int], set[str]]:
+    table = ol.load_trace(path).table
+    return (
+        table["comment"].to_pylist(),
+        table["seq"].to_pylist(),
+        table["t_ns"].to_pylist(),
+        set(table["run_id"].to_pylist()),
+    )
+
+
+def test_append_adds_to_a_finished_trace(tmp_path: Path) -> None:
+    """append=True continues a closed trace: rows kept, seq and t_ns go on, each run keeps its run id."""
+    path = tmp_path / "run.parquet"
+    _write(path, 3, run_id="first")
+    _write(path, 2, run_id="second", append=True)
+    comments, seqs, times, runs = _comments(path)
+    assert comments == ["row 0", "row 1", "row 2", "row 0", "row 1"]
+    assert seqs == list(range(5))
+    assert times == sorted(times) and len(set(times)) == 5
+    assert runs == {"first", "second"}
+    assert not parts_dir(path).exists()
+    assert ol.load_trace(path).metadata["run_id"] == "second"
+
+
+def test_append_adds_to_the_parts_of_a_killed_run(tmp_path: Path) -> None:
+    """append=True over the parts a crash left (a half-written .tmp among them) keeps every whole part."""
+    path = tmp_path / "run.parquet"
+    code = (
+        "import sys, time, ors_lab as ol\n"
+        "rec = ol.Recorder(sys.argv[1], run_id='crashed', flush_interval=0.05)\n"
+        "for n in range(4): rec.emit('comment', comment=f'row {n}')\n"
+        "time.sleep(0.5); print('flushed', flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "flushed"
+    proc.kill()
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    (parts_dir(path) / ".part-000000099.parquet.tmp").write_bytes(b"half a part")
+    assert not path.exists()
+    _write(path, 2, run_id="resumed", append=True)
+    comments, seqs, _, runs = _comments(path)
+    assert comments == ["row 0", "row 1", "row 2", "row 3", "row 0", "row 1"]
+    assert seqs == list(range(6)) and runs == {"crashed", "resumed"}
+    assert not ol.load_trace(path).partial
+
+
+def test_append_refuses_what_is_not_a_trace(tmp_path: Path) -> None:
+    """Appending to a file that is not a trace raises TraceFormatError and leaves the file alone."""
+    path = tmp_path / "run.parquet"
+    path.write_text("not parquet")
+    with pytest.raises(ol.TraceFormatError, match=r"cannot append to .*run\.parquet: it is not a readable Parquet"):
+        ol.Recorder(path, append=True)
+    assert path.read_text() == "not parquet"
+
+
+def test_an_existing_trace_needs_append_or_overwrite(tmp_path: Path) -> None:
+    """Without append= or overwrite=, an existing trace is refused, and the message names both options."""
+    path = tmp_path / "run.parquet"
+    _write(path, 1)
+    with pytest.raises(FileExistsError, match="pass append=True to add to it, overwrite=True to replace it"):
+        ol.Recorder(path)
+    with pytest.raises(ValueError, match="choose one"):
+        ol.Recorder(path, append=True, overwrite=True)
+
+
+def test_create_secrets_are_redacted_whatever_the_query(tmp_path: Path) -> None:
+    """A /create body's secrets are redacted also when the URL carries a query (as the proxy forwards it)."""
+    path = tmp_path / "run.parquet"
+    body = json.dumps({"env_name": "lab", "split": "train", "index": 0, "secrets": {"TOKEN": "s3cr3t-value"}})
+    with ol.Recorder(path, compression="none") as rec:
+        rec.emit("request", session_id="s1", method="POST", url="http://127.0.0.1:1/create?trace=1", body=body.encode())
+    assert b"s3cr3t-value" not in path.read_bytes()
+    recorded = json.loads(ol.load_trace(path).table["body"][0].as_py())
+    assert recorded["secrets"] == {"TOKEN": "<redacted>"}
+    assert ol.load_trace(path).table["task_index"][0].as_py() == 0
