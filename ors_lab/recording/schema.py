@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["COLUMNS", "KIND_LAYER", "LAYERS", "SCHEMA", "SCHEMA_VERSION"]
+__all__ = ["AGENT_KINDS", "COLUMNS", "KIND_LAYER", "LAYERS", "SCHEMA", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "2"  # 2: the exchange column
+SCHEMA_VERSION = "3"  # 2: the exchange column; 3: the rollout column
+READABLE_VERSIONS = ("2", "3")  # a version 2 trace reads with a null rollout column
 
 METADATA_SCHEMA_VERSION = b"ors_lab.schema_version"
 METADATA_VERSION = b"ors_lab.version"
@@ -35,6 +36,7 @@ SCHEMA = pa.schema(
         pa.field("split", pa.string()),
         pa.field("task_index", pa.int64()),
         pa.field("task", pa.string()),
+        pa.field("rollout", pa.int32()),
         pa.field("call", pa.int32()),
         pa.field("attempt", pa.int32()),
         pa.field("exchange", pa.int64()),
@@ -84,3 +86,10 @@ KIND_LAYER = {
     "close": "session",
 }
 """Every kind of row the client and the proxy write, and its layer. Agent rows use layer "agent"."""
+
+AGENT_KINDS = (
+    "start", "text-start", "text-delta", "text-end", "reasoning-start", "reasoning-delta", "reasoning-end",
+    "tool-input-start", "tool-input-delta", "tool-input-end", "tool-input-available", "tool-output-available",
+    "tool-output-error", "reward", "finish", "error", "episode",
+)  # fmt: skip
+"""The agent events (``ors_lab.agents.events``) and the harness's ``episode`` row, all in layer "agent"."""

@@ -25,8 +25,8 @@ from ors_lab.recording.schema import (
     METADATA_SCHEMA_VERSION,
     METADATA_SERVERS,
     METADATA_VERSION,
+    READABLE_VERSIONS,
     SCHEMA,
-    SCHEMA_VERSION,
 )
 
 if TYPE_CHECKING:
@@ -129,10 +129,13 @@ def _read(path: Path) -> pa.Table:
     version = (table.schema.metadata or {}).get(METADATA_SCHEMA_VERSION)
     if version is None:
         raise TraceFormatError(f"{path} is Parquet but not an ors_lab trace (no schema version in its metadata)")
-    if version.decode() != SCHEMA_VERSION:
+    if version.decode() not in READABLE_VERSIONS:
         raise TraceFormatError(
-            f"{path} has trace schema version {version.decode()}; this ors_lab reads version {SCHEMA_VERSION}"
+            f"{path} has trace schema version {version.decode()}; this ors_lab reads versions "
+            f"{', '.join(READABLE_VERSIONS)}"
         )
+    if version.decode() == "2":  # version 3 added the rollout column
+        table = table.append_column("rollout", pa.nulls(table.num_rows, pa.int32()))
     missing = [name for name in SCHEMA.names if name not in table.schema.names]
     if missing:
         raise TraceFormatError(f"{path} lacks the trace columns {missing}")

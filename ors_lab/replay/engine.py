@@ -24,6 +24,7 @@ import json
 import os
 import threading
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,6 +97,9 @@ class ReplayEngine:
         self._lock = threading.Lock()
         creates = {s: next((e for e in ex if e.path == "/create"), None) for s, ex in self.recording.sessions.items()}
         self._creates = {sid: create for sid, create in creates.items() if create is not None}
+        self._unclaimed: dict[str, deque[str]] = {}  # task identity -> recorded sessions not yet claimed
+        for recorded, create in self._creates.items():
+            self._unclaimed.setdefault(_identity_key(create.body), deque()).append(recorded)
 
     # -- the entry point -------------------------------------------------------------------------
 
@@ -160,9 +164,10 @@ class ReplayEngine:
         if sid is None:
             return _json_answer(400, {"detail": "X-Session-ID header is required"})
         wanted = _task_identity(body)
-        for recorded, create in self._creates.items():
-            if recorded in self._claimed or _task_identity(create.body) != wanted:
-                continue
+        waiting = self._unclaimed.get(_identity_key(body))
+        if waiting:  # in recorded order; a dict lookup, not a scan, for traces of many sessions
+            recorded = waiting.popleft()
+            create = self._creates[recorded]
             self._claimed.add(recorded)
             exchanges = [e for e in self.recording.sessions[recorded] if e.path not in ("/ping", "/delete_session")]
             live = _Live(sid, recorded, exchanges)
@@ -321,6 +326,11 @@ def _task_identity(body: bytes) -> tuple[Any, ...]:
     value = _body_value(body)
     value = value if isinstance(value, dict) else {}
     return (value.get("env_name"), value.get("split"), value.get("index"), value.get("task_spec"))
+
+
+def _identity_key(body: bytes) -> str:
+    """The task identity of a /create body as one hashable, canonical text."""
+    return json.dumps(_task_identity(body), sort_keys=True, default=str)
 
 
 def _same_request(exchange: Exchange, method: str, path: str, request: Any) -> bool:

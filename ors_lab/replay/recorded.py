@@ -19,8 +19,8 @@ from ors_lab.recording.trace import Trace
 __all__ = ["Exchange", "Item", "Recording"]
 
 COLUMNS = [
-    "seq", "t_ns", "kind", "session_id", "call", "attempt", "exchange", "method", "url", "status", "headers",
-    "body", "ttfb_ns", "event", "data", "sse_id", "retry_ms", "comment", "tool", "input",
+    "run_id", "layer", "seq", "t_ns", "kind", "session_id", "call", "attempt", "exchange", "method", "url", "status",
+    "headers", "body", "ttfb_ns", "event", "data", "sse_id", "retry_ms", "comment", "tool", "input",
 ]  # fmt: skip
 
 
@@ -101,19 +101,24 @@ class Exchange:
 
 
 class Recording:
-    """The exchanges of a trace: ``stateless`` ones, and ``sessions`` (recorded id → exchanges in order)."""
+    """The exchanges of a trace: ``stateless`` ones, and ``sessions`` (recorded id → exchanges in order).
 
-    def __init__(self, trace: Trace) -> None:
+    ``agent=False`` takes the ORS exchanges; ``agent=True`` the agent's own (its LLM's, layer ``agent``).
+    """
+
+    def __init__(self, trace: Trace, *, agent: bool = False) -> None:
         self.trace = trace
         self.name = str(trace.path)
-        exchanges: dict[int, Exchange] = {}
-        current: dict[int, list[Item]] = {}
+        # keyed by run and number: exchange numbers are unique within one recording process only, and
+        # a resumed (appended) trace holds several runs
+        exchanges: dict[tuple[str, int], Exchange] = {}
+        current: dict[tuple[str, int], list[Item]] = {}
         rows = trace.table.select(COLUMNS).to_pylist()
         for row in rows:
-            number = row["exchange"]
             kind = row["kind"]
-            if number is None:
+            if row["exchange"] is None or (row["layer"] == "agent") != agent:
                 continue
+            number = (row["run_id"], row["exchange"])
             if kind == "request":
                 exchanges[number] = _exchange_of(row)
                 continue
@@ -137,7 +142,7 @@ class Recording:
                     exchange.chunks.append((row["t_ns"] - exchange.head_ns, group))
                     current[number] = group
                 current[number].append(item)
-        if rows and not exchanges:
+        if rows and not exchanges and not agent:
             raise TraceFormatError(f"{self.name} records no HTTP exchanges to replay (no exchange numbers)")
         ordered = sorted(exchanges.values(), key=lambda e: e.seq)
         self.exchanges = ordered

@@ -24,10 +24,10 @@ import pytest
 import ors_lab
 from ors_lab.demo.env import guessing_tasks
 from ors_lab.demo.launch import ServerProcess
-from ors_lab.demo.script import guess_by_bisection, solve_arithmetic
 from ors_lab.recording import frames
 from ors_lab.recording.recorder import parts_dir
 from ors_lab.recording.schema import (
+    AGENT_KINDS,
     COLUMNS,
     KIND_LAYER,
     LAYERS,
@@ -40,6 +40,7 @@ from ors_lab.recording.schema import (
     SCHEMA_VERSION,
 )
 from tests.envs import common
+from tests.scripted_demo import guess_by_bisection, solve_arithmetic
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "trace-format.md"
 DECLARED: dict[str, dict[str, pa.DataType]] = {
@@ -49,10 +50,6 @@ DECLARED: dict[str, dict[str, pa.DataType]] = {
     "steps": frames.STEPS_COLUMNS,
     "episodes": frames.EPISODES_COLUMNS,
 }
-
-
-def _quiet(_: str) -> None:
-    """Swallow the demo script's printing."""
 
 
 # -- reading the document ------------------------------------------------------------------------
@@ -109,10 +106,10 @@ def demo_run(demo_server: ServerProcess, tmp_path_factory: pytest.TempPathFactor
         with pytest.raises(ors_lab.ServerError, match="HTTP 400"):
             client.environment("guessing").task("test", 99)
         with client.environment("guessing").session(split="test", index=0) as session:
-            guesses = guess_by_bisection(session, out=_quiet)
+            guesses = guess_by_bisection(session)
         arithmetic = client.environment("arithmetic")
         with arithmetic.session(task=arithmetic.task("test", 0)) as session:
-            solved = solve_arithmetic(session, out=_quiet)
+            solved = solve_arithmetic(session)
     return DemoRun(path, demo_server.url, guesses, solved, started, dt.datetime.now(dt.UTC))
 
 
@@ -153,13 +150,15 @@ def test_never_null_columns_are_marked_so() -> None:
 
 
 def test_every_kind_is_documented_with_its_layer() -> None:
-    """The kinds table is KIND_LAYER exactly, and every layer, `agent` included, is described."""
+    """The kinds table is KIND_LAYER exactly, every layer is described, and the agent kinds are listed in order."""
     kinds = doc_table("## Layers and kinds")
     assert {row["kind"]: row["layer"] for row in kinds} == KIND_LAYER
     text = DOC.read_text()
     for layer in LAYERS:
         assert f"- `{layer}`: " in text, layer
-    assert "reserved for the agent's own events" in text
+    agent = doc_table("The `agent` layer's kinds")
+    listed = [kind for row in agent for kind in row["agent kind"].split("`, `")]
+    assert listed == list(AGENT_KINDS)
 
 
 def test_every_metadata_key_is_documented() -> None:
@@ -404,13 +403,25 @@ def _write_wrong_version(path: Path) -> None:
     pq.write_table(SCHEMA.empty_table().replace_schema_metadata(metadata), path)
 
 
+def test_a_version_2_trace_loads_with_a_null_rollout(demo_run: DemoRun, tmp_path: Path) -> None:
+    """A trace written before the rollout column (version 2) still loads, its rollout null."""
+    table = pq.read_table(demo_run.path)
+    metadata = {**table.schema.metadata, METADATA_SCHEMA_VERSION: b"2"}
+    old = tmp_path / "old.parquet"
+    pq.write_table(table.drop_columns(["rollout"]).replace_schema_metadata(metadata), old)
+    trace = ors_lab.load_trace(old)
+    assert trace.table.num_rows == table.num_rows
+    assert trace.table["rollout"].null_count == table.num_rows
+    assert trace.table.schema.names == table.schema.names
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
         (None, r"no trace at .*missing\.parquet \(and no parts of one in .*missing\.parquet\.parts\)"),
         (lambda p: p.write_text("not parquet at all\n"), r"is not a readable Parquet file"),
         (lambda p: pd.DataFrame({"a": [1, 2]}).to_parquet(p), r"is Parquet but not an ors_lab trace"),
-        (_write_wrong_version, rf"has trace schema version 999; this ors_lab reads version {SCHEMA_VERSION}"),
+        (_write_wrong_version, r"has trace schema version 999; this ors_lab reads versions 2, 3"),
     ],
     ids=["missing", "not-parquet", "not-a-trace", "wrong-version"],
 )
