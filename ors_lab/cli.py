@@ -1,7 +1,10 @@
 """The ``ors-lab`` command line.
 
-- ``ors-lab demo``: start the bundled demo environments on 127.0.0.1, run a short scripted
-  session on each, and print the prompts, the tool calls and the rewards.
+- ``ors-lab demo``: start the bundled demo environments on 127.0.0.1, evaluate the demo agent on
+  them with recording, print the summaries, and say where the trace is and how to replay it.
+- ``ors-lab eval URL --env NAME --split S (--agent MODULE:OBJECT | --openai-model M
+  --openai-base-url U) --out TRACE``: evaluate an agent, record the trace, print the summary, and
+  write the episodes as Parquet next to the trace (``TRACE`` → ``TRACE.episodes.parquet``).
 - ``ors-lab demo-server [--port P]``: serve the demo environments until Ctrl-C.
 - ``ors-lab proxy UPSTREAM --port P --out TRACE``: a recording reverse proxy on 127.0.0.1 in front
   of an ORS server, so any client's traffic is recorded; Ctrl-C (or SIGTERM) writes the trace.
@@ -21,19 +24,66 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 __all__ = ["main"]
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ors_lab.client import Client
-    from ors_lab.demo.launch import serve
-    from ors_lab.demo.script import run_scripted_demo
+    from ors_lab.demo.run import run_demo
 
-    with serve(port=args.port) as server:
-        print(f"demo environments served at {server.url}")
-        with Client(server.url) as client:
-            run_scripted_demo(client, split=args.split, index=args.index)
+    run_demo(args.out, split=args.split, rollouts=args.rollouts, port=args.port)
+    return 0
+
+
+def _load_agent(spec: str) -> object:
+    """``module:object`` (a dotted object path after the colon) → the object; a class is instantiated."""
+    import importlib
+    import inspect
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise argparse.ArgumentTypeError(f"--agent takes MODULE:OBJECT (e.g. mypkg.agents:solver), not {spec!r}")
+    try:
+        value: object = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as exc:
+        raise argparse.ArgumentTypeError(f"--agent {spec}: {exc}") from exc
+    return value() if inspect.isclass(value) else value
+
+
+def _episodes_path(trace: Path) -> Path:
+    """Where ``ors-lab eval`` writes the episodes: ``run.parquet`` → ``run.episodes.parquet``."""
+    return trace.with_name(f"{trace.stem}.episodes.parquet")
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from ors_lab.client import Client
+    from ors_lab.evaluation.run import evaluate
+
+    if args.agent is not None and args.openai_model is not None:
+        print("ors-lab eval: give --agent or --openai-model, not both", file=sys.stderr)
+        return 2
+    if args.agent is not None:
+        agent = _load_agent(args.agent)
+    elif args.openai_model is not None:
+        from ors_lab.agents.openai import OpenAIAgent
+
+        agent = OpenAIAgent(args.openai_model, base_url=args.openai_base_url, api_key_env=args.openai_api_key_env)
+    else:
+        print("ors-lab eval: give --agent MODULE:OBJECT or --openai-model MODEL", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with Client(args.url) as client:
+        result = evaluate(client.environment(args.env), agent, split=args.split,  # type: ignore[arg-type]
+                          tasks=args.tasks, rollouts=args.rollouts, concurrency=args.concurrency,
+                          max_steps=args.max_steps, timeout=args.timeout, record=out,
+                          resume=not args.no_resume)  # fmt: skip
+    episodes = _episodes_path(out)
+    result.episodes.to_parquet(episodes, index=False)
+    print(f"{result!r}\n{result.table()}\ntrace: {out}\nepisodes: {episodes}")
     return 0
 
 
@@ -88,6 +138,17 @@ def _fault(text: str) -> object:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 1 or more, not {text!r}")
+    return value
+
+
 def _positive_seconds(text: str) -> float:
     """An argparse type: a number of seconds, more than 0."""
     value = _seconds(text)
@@ -125,11 +186,31 @@ def _proxy(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ors-lab", description="Open Reward Standard environments, workable.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo = commands.add_parser("demo", help="run a scripted session on the bundled demo environments")
+    demo = commands.add_parser("demo", help="evaluate the demo agent on the bundled demo environments, recorded")
     demo.add_argument("--port", type=int, default=0, help="port for the demo server (default: a free one)")
     demo.add_argument("--split", default="test", help="split to take the tasks from (default: test)")
-    demo.add_argument("--index", type=int, default=0, help="task index in the split (default: 0)")
+    demo.add_argument("--rollouts", type=_positive_int, default=2, help="episodes per task (default: 2)")
+    demo.add_argument("--out", help="the trace to write (default: recordings/demo-DATE-TIME.parquet)")
     demo.set_defaults(run=_demo)
+    evaluation = commands.add_parser("eval", help="evaluate an agent on an environment's split, recorded")
+    evaluation.add_argument("url", help="the ORS server's base URL, e.g. http://127.0.0.1:8080")
+    evaluation.add_argument("--env", required=True, help="the environment's name")
+    evaluation.add_argument("--split", default="test", help="the split (default: test)")
+    evaluation.add_argument("--agent", metavar="MODULE:OBJECT", help="an agent or policy (a class is instantiated)")
+    evaluation.add_argument("--openai-model", metavar="M", help="use the OpenAI-compatible agent with this model")
+    evaluation.add_argument("--openai-base-url", metavar="U", help="the OpenAI-compatible server's base URL")
+    evaluation.add_argument("--openai-api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                            help="the environment variable holding the API key (default: OPENAI_API_KEY)")  # fmt: skip
+    evaluation.add_argument("--tasks", type=_positive_int, metavar="N", help="only the first N tasks (default: all)")
+    evaluation.add_argument("--rollouts", type=_positive_int, default=1, help="episodes per task (default: 1)")
+    evaluation.add_argument("--concurrency", type=_positive_int, default=8, help="open sessions at most (default: 8)")
+    evaluation.add_argument("--max-steps", type=_positive_int, default=50, help="tool calls per episode (default: 50)")
+    evaluation.add_argument(
+        "--timeout", type=_positive_seconds, metavar="S", help="seconds per episode (default: no limit)"
+    )
+    evaluation.add_argument("--out", required=True, help="the trace (an existing one is resumed)")
+    evaluation.add_argument("--no-resume", action="store_true", help="refuse to continue an existing trace")
+    evaluation.set_defaults(run=_eval)
     server = commands.add_parser("demo-server", help="serve the bundled demo environments until Ctrl-C")
     server.add_argument("--port", type=int, default=0, help="port (default: a free one)")
     server.set_defaults(run=_demo_server)
@@ -178,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return int(args.run(args))
-    except ORSError as exc:
+    except (ORSError, FileExistsError, argparse.ArgumentTypeError) as exc:
         print(f"ors-lab {args.command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -7,27 +7,79 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from ors_lab.demo.env import arithmetic_tasks
+from ors_lab import load_trace
+from ors_lab.demo.launch import ServerProcess
+from tests.conftest import REPO_ROOT
+from tests.evaluation.policies import expected_reward
 
 CLI = [sys.executable, "-m", "ors_lab.cli"]
 
 
-def test_demo_prints_prompts_calls_and_rewards() -> None:
-    """`ors-lab demo` serves the demo environments, plays one episode on each, and prints it all."""
-    done = subprocess.run([*CLI, "demo"], capture_output=True, text=True, timeout=120, check=False)
+def test_demo_evaluates_the_demo_agent_with_recording(tmp_path: Path) -> None:
+    """`ors-lab demo` evaluates the demo agent on both demo environments, records it, and says how to replay."""
+    trace = tmp_path / "demo.parquet"
+    started = time.monotonic()
+    done = subprocess.run([*CLI, "demo", "--out", str(trace)], capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 60
     out = done.stdout
-    task = arithmetic_tasks("test")[0]
     assert re.search(r"demo environments served at http://127\.0\.0\.1:\d+", out)
-    assert f"prompt: {task['question']}" in out
-    assert f"call calculator({{'expression': '{task['expression']}'}}) -> '{task['answer']}'" in out
-    assert "call submit({'answer': '" + str(task["answer"]) + "'}) -> 'Correct!'  reward=1  finished" in out
-    assert "-> 'correct'  reward=1  finished" in out
-    assert out.rstrip().endswith("total reward 2")
+    for name in ("arithmetic", "guessing"):
+        assert f"EvalResult({name}/test: 20 episodes over 10 tasks x 2 rollouts; mean reward 1.000" in out
+    assert f"trace: {trace}" in out and f"ors-lab replay {trace}" in out and f"ors-lab show {trace}" in out
+    loaded = load_trace(trace)
+    assert len(loaded.episodes) == 40 and (loaded.episodes["total_reward"] == 1.0).all()
+    agent = loaded.events[loaded.events["layer"] == "agent"]
+    assert (agent["kind"] == "reasoning-delta").sum() > 100
+    assert (agent["kind"] == "episode").sum() == 40
+
+
+def test_eval_records_prints_and_writes_the_episodes(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
+    """`ors-lab eval` runs a policy given as module:object, prints the summary, writes episodes beside the trace."""
+    trace = tmp_path / "run.parquet"
+    args = [*CLI, "eval", ors_sdk_server.url, "--env", "lab", "--split", "train", "--rollouts", "2",
+            "--agent", "tests.evaluation.policies:lab_policy", "--out", str(trace)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "EvalResult(lab/train: 6 episodes over 3 tasks x 2 rollouts; mean reward 0.500" in done.stdout
+    assert "eval lab/train: 6/6 episodes" in done.stderr
+    episodes = pd.read_parquet(tmp_path / "run.episodes.parquet")
+    assert [(r.task_index, r.rollout, r.reward) for r in episodes.itertuples()] == [
+        (i, r, expected_reward("train", i, r)) for i in range(3) for r in range(2)
+    ]
+    assert len(load_trace(trace).episodes) == 6
+    again = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "6/6 episodes (6 resumed)" in again.stderr
+    assert len(load_trace(trace).episodes) == 6
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--agent", "nope"], "--agent takes MODULE:OBJECT"),
+        (["--agent", "tests.evaluation.policies:missing"], "has no attribute 'missing'"),
+        ([], "give --agent MODULE:OBJECT or --openai-model MODEL"),
+    ],
+)
+def test_eval_with_a_bad_agent_fails_clearly(
+    ors_sdk_server: ServerProcess, tmp_path: Path, extra: list[str], message: str
+) -> None:
+    """A bad or missing agent ends with a one-line error, not a traceback."""
+    args = [*CLI, "eval", ors_sdk_server.url, "--env", "lab", "--out", str(tmp_path / "x.parquet"), *extra]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert done.returncode in (1, 2)
+    assert message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_demo_server_serves_until_terminated() -> None:
@@ -54,12 +106,3 @@ def test_unknown_command_is_a_usage_error() -> None:
     done = subprocess.run([*CLI, "nope"], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2
     assert "demo-server" in done.stderr
-
-
-@pytest.mark.parametrize("args", [["demo", "--index", "99"]])
-def test_demo_with_a_bad_task_index_fails_clearly(args: list[str]) -> None:
-    """A task index the server does not have ends with the server's error, not a traceback."""
-    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 1
-    assert "Invalid index" in done.stderr
-    assert "Traceback" not in done.stderr

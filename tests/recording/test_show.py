@@ -14,18 +14,14 @@ import pytest
 
 import ors_lab
 from ors_lab.demo.launch import ServerProcess
-from ors_lab.demo.script import guess_by_bisection, solve_arithmetic
 from ors_lab.recording.recorder import parts_dir
 from ors_lab.recording.schema import SCHEMA_VERSION
 from ors_lab.recording.show import summarize
 from tests.envs import common
+from tests.scripted_demo import guess_by_bisection, solve_arithmetic
 
 CLI = [sys.executable, "-m", "ors_lab.cli"]
 PING_INTERVAL = 0.1
-
-
-def _quiet(_: str) -> None:
-    """Swallow the demo script's printing."""
 
 
 def sections(summary: str) -> dict[str, list[list[str]]]:
@@ -68,10 +64,10 @@ def run(demo_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) ->
                 client.environment("guessing").task("test", 99)
             with client.environment("guessing").session(split="test", index=0) as session:
                 time.sleep(3.5 * PING_INTERVAL)
-                guesses = guess_by_bisection(session, out=_quiet)
+                guesses = guess_by_bisection(session)
             arithmetic = client.environment("arithmetic")
             with arithmetic.session(task=arithmetic.task("test", 0)) as session:
-                solve_arithmetic(session, out=_quiet)
+                solve_arithmetic(session)
                 assert not session.call("nope").ok
     return Run(path, demo_server.url, len(guesses))
 

@@ -16,9 +16,9 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.demo.launch import ServerProcess
-from ors_lab.demo.script import guess_by_bisection, solve_arithmetic
 from ors_lab.replay.check import RULES, Violation, call_streams, check_trace, format_violations
 from tests.envs import common
+from tests.scripted_demo import guess_by_bisection, solve_arithmetic
 
 CLI = [sys.executable, "-m", "ors_lab.cli", "check"]
 SID = "5e55" * 8
@@ -37,10 +37,6 @@ PING = " ping - 2026-11-30 02:13:43.598012+00:00"
 
 # A stream item: (event, data), or a comment's text as the bare string ":<text>"
 Item = tuple[str, str] | str
-
-
-def _quiet(_: str) -> None:
-    """Swallow the demo script's printing."""
 
 
 class Wire:
@@ -161,10 +157,10 @@ def demo_trace(demo_server: ServerProcess, tmp_path_factory: pytest.TempPathFact
     path = tmp_path_factory.mktemp("check") / "demo.parquet"
     with ol.Recorder(path) as rec, ol.Client(demo_server.url, recorder=rec) as client:
         with client.environment("guessing").session(split="test", index=0) as s:
-            guess_by_bisection(s, out=_quiet)
+            guess_by_bisection(s)
         arithmetic = client.environment("arithmetic")
         with arithmetic.session(task=arithmetic.task("test", 0)) as s:
-            solve_arithmetic(s, out=_quiet)
+            solve_arithmetic(s)
             assert not s.call("nope").ok
     return path
 

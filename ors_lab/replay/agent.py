@@ -1,0 +1,168 @@
+"""The agent's recorded HTTP traffic (its LLM) served back, so an evaluation re-runs offline.
+
+    trace = ol.load_trace("runs/llm.parquet")
+    agent = OpenAIAgent("my-model", base_url=URL, transport=AgentReplayTransport(trace))
+    with ol.ReplayServer(trace, speed=0) as server:
+        ol.evaluate(ol.Client(server.url).environment("lab"), agent, split="test")
+
+Requests are matched within their episode: the episode running the request (the harness's
+``CURRENT_EPISODE``) names its environment, split, task and rollout; the recorded episode with the
+same four is found through the trace's ``episode`` rows, and its exchanges are served in order,
+each only if method, path and JSON body equal the recorded ones. Anything else gets a 400 with
+``x-ors-lab-replay: mismatch`` and the first difference (``OpenAIAgent`` raises it as a
+``ReplayMismatchError``). Streams come back as recorded, chunk by chunk, without waiting. What
+failed when recorded fails again the same way: a request that got no answer raises the recorded
+transport error, and a stream that was cut is cut again after its last recorded chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx2
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ors_lab.agents.episode import CURRENT_EPISODE
+from ors_lab.recording.trace import Trace, load_trace
+from ors_lab.replay.engine import DROP_HEADERS, MISMATCH_HEADER, Answer, _body_value, _difference, _json_answer, _short
+from ors_lab.replay.recorded import Exchange, Recording
+
+__all__ = ["AgentReplayTransport"]
+
+EpisodeKey = tuple[str, str | None, int | None, int]
+
+
+@dataclass
+class _Live:
+    recorded: str
+    exchanges: list[Exchange]
+
+
+class AgentReplayTransport(httpx2.AsyncBaseTransport):
+    """An httpx2 transport answering an agent's HTTP requests from a trace; see the module docstring."""
+
+    def __init__(self, trace: Trace | str | os.PathLike[str]) -> None:
+        self.trace = trace if isinstance(trace, Trace) else load_trace(trace)
+        self.recording = Recording(self.trace, agent=True)
+        self.name = str(self.trace.path)
+        table = self.trace.table
+        self._episodes: dict[EpisodeKey, list[str]] = {}
+        for text in table.filter(pc.equal(table["kind"], "episode")).column("data").to_pylist():
+            record = json.loads(text)
+            key = (record["environment"], record["split"], record["task_index"], record["rollout"])
+            self._episodes.setdefault(key, []).append(record["session_id"])
+        self._broken = _broken(table)
+        self._live: dict[str, _Live] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"AgentReplayTransport({self.name!r})"
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        answer, broken = self._answer(request, await request.aread())
+        if answer is None:  # the recorded request got no answer: it fails again as it failed then
+            raise _transport_error(broken, request)
+        error = None if broken is None else _transport_error(broken, request)
+        return httpx2.Response(answer.status, headers=answer.headers, stream=_Replayed(answer, error),
+                               request=request)  # fmt: skip
+
+    def _answer(self, request: httpx2.Request, body: bytes) -> tuple[Answer | None, str | None]:
+        """The answer (None when the recorded request got none) and the recorded transport error, if any."""
+        method, path = request.method, request.url.path
+        what = f"{method} {path} {_short(body)}"
+        episode = CURRENT_EPISODE.get()
+        if episode is None:
+            return self._mismatch(what, "the request was made outside an evaluation episode", [])
+        key: EpisodeKey = (episode.environment, episode.split, episode.index, episode.rollout)
+        with self._lock:
+            live = self._live.get(episode.session.sid)
+            if live is None:
+                recorded = next((sid for sid in self._episodes.get(key, []) if sid not in self._claimed()), None)
+                if recorded is None:
+                    where = f"episode {key[0]}/{key[1]} task {key[2]} rollout {key[3]}"
+                    return self._mismatch(what, f"the trace holds no finished {where} to replay", [])
+                live = self._live[episode.session.sid] = _Live(recorded, self.recording.sessions.get(recorded, []))
+            pending = [e for e in live.exchanges if not e.played]
+            wanted = _body_value(body)
+            if not pending:
+                return self._mismatch(what, "the recorded episode made no more requests", [])
+            expected = pending[0]
+            if expected.method != method or expected.path != path:
+                return self._mismatch(what, f"the next recorded request is {expected.method} {expected.path}", pending)
+            if _body_value(expected.body) != wanted:
+                return self._mismatch(what, _difference(wanted, _body_value(expected.body), "body"), pending)
+            expected.played += 1
+        return _play(expected), self._broken.get(expected.seq)
+
+    def _claimed(self) -> set[str]:
+        return {live.recorded for live in self._live.values()}
+
+    def _mismatch(self, what: str, differs: str, nearest: list[Exchange]) -> tuple[Answer, None]:
+        lines = [
+            f"no recorded agent request matches {what} in the trace {self.name}",
+            f"what differs: {differs}",
+            "nearest unplayed recorded requests: " + ("; ".join(e.describe() for e in nearest[:3]) or "(none)"),
+            "to record again: run the evaluation against the live model with record=TRACE",
+        ]
+        return _json_answer(400, {"detail": "\n".join(lines)}, [(MISMATCH_HEADER, "mismatch")]), None
+
+    def unplayed(self) -> list[str]:
+        """The recorded agent requests of the replayed episodes that were never asked for."""
+        return [e.describe() for live in self._live.values() for e in live.exchanges if not e.played]
+
+
+def _broken(table: pa.Table) -> dict[int, str]:
+    """The agent exchanges whose request or stream broke when recorded: request seq -> the recorded error."""
+    rows = table.filter(
+        pc.and_(pc.equal(table["layer"], "agent"), pc.is_in(table["kind"], pa.array(["request", "disconnect"])))
+    ).select(["run_id", "exchange", "kind", "seq", "error"])
+    requests: dict[tuple[str, int], int] = {}
+    broken: dict[int, str] = {}
+    for row in rows.to_pylist():  # exchange numbers repeat across the runs of a resumed trace
+        key = (row["run_id"], row["exchange"])
+        if row["kind"] == "request":
+            requests[key] = row["seq"]
+        elif key in requests:
+            broken[requests[key]] = row["error"] or ""
+    return broken
+
+
+class _Replayed(httpx2.AsyncByteStream):
+    """A recorded body, chunk by chunk, without waiting; then ``error`` (the stream was cut when recorded)."""
+
+    def __init__(self, answer: Answer, error: httpx2.TransportError | None) -> None:
+        self._answer = answer
+        self._error = error
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for _, data in self._answer.stream or [(0.0, self._answer.body)]:
+            yield data
+        if self._error is not None:
+            raise self._error
+
+
+def _transport_error(recorded: str | None, request: httpx2.Request) -> httpx2.TransportError:
+    """The transport error a recorded ``disconnect`` row names (``"ReadTimeout: ..."``), to raise again."""
+    text = recorded or "RemoteProtocolError: the connection broke"
+    name, _, message = text.partition(": ")
+    kind = getattr(httpx2, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, httpx2.TransportError)):
+        kind, message = httpx2.RemoteProtocolError, text
+    error: httpx2.TransportError = kind(f"{message} (replayed as recorded)", request=request)
+    return error
+
+
+def _play(exchange: Exchange) -> Answer | None:
+    """The recorded answer (None when the request got none)."""
+    if exchange.status is None:
+        return None
+    headers = [(k, v) for k, v in exchange.headers if k not in DROP_HEADERS and k != "content-encoding"]
+    if not exchange.sse:
+        return Answer(exchange.status, headers, exchange.response_body or b"")
+    stream = [(0.0, b"".join(item.wire() for item in items)) for _, items in exchange.chunks]
+    return Answer(exchange.status, headers, stream=stream)

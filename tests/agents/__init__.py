@@ -1,0 +1,1 @@
+"""Tests for ors_lab.agents."""

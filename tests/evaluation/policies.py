@@ -1,0 +1,45 @@
+"""Policies for the `lab` test environment whose rewards are known in advance (tests/envs/common.py).
+
+- `lab_policy`: submits the right answer on even rollouts and "wrong" on odd ones, so the
+  expected reward of (task, rollout) is `expected_reward(split, index, rollout)`.
+- `stepping_policy`: calls `step` with 1, 2, 3: rewards 0.1, 0.2, 0.3, finished at 3.
+- `slow_lab_policy`: `lab_policy` after a short async sleep (to catch runs part-way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ors_lab.agents.policy import Observation, ToolCall
+from tests.envs.common import LAB_TASKS, lab_reward
+
+WRONG = "wrong"
+
+
+def answer_for(split: str, index: int, rollout: int) -> str:
+    """The answer the policy gives: right on even rollouts, wrong on odd ones."""
+    return LAB_TASKS[split][index]["answer"] if rollout % 2 == 0 else WRONG
+
+
+def expected_reward(split: str, index: int, rollout: int) -> float:
+    """The reward the environment gives the policy's answer (the environment's own rule)."""
+    return lab_reward(LAB_TASKS[split][index], answer_for(split, index, rollout))
+
+
+def lab_policy(obs: Observation) -> ToolCall | None:
+    """Submit once, then stop."""
+    if obs.step:
+        return None
+    assert obs.split is not None and obs.index is not None
+    return ToolCall("submit", {"answer": answer_for(obs.split, obs.index, obs.rollout)})
+
+
+async def slow_lab_policy(obs: Observation) -> ToolCall | None:
+    """`lab_policy`, 20 ms later."""
+    await asyncio.sleep(0.02)
+    return lab_policy(obs)
+
+
+def stepping_policy(obs: Observation) -> tuple[str, dict[str, int]]:
+    """step(1), step(2), step(3), ... until the episode finishes."""
+    return ("step", {"value": obs.step + 1})

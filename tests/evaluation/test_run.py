@@ -1,0 +1,447 @@
+"""evaluate / aevaluate against the real reference servers, with environments whose rewards are known."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from ors_lab import AsyncClient, Client, Environment, load_trace
+from ors_lab.agents.events import AgentEvent
+from ors_lab.agents.policy import Observation, ToolCall
+from ors_lab.demo.agent import DemoAgent
+from ors_lab.demo.launch import ServerProcess
+from ors_lab.evaluation import aevaluate, evaluate, finished_records
+from tests.conftest import REPO_ROOT
+from tests.envs.common import LAB_TASKS
+from tests.evaluation.policies import expected_reward, lab_policy, slow_lab_policy, stepping_policy
+
+
+@pytest.fixture
+def lab(reference_server: ServerProcess) -> Iterator[Environment]:
+    """The `lab` environment on each reference server, through a sync client."""
+    with Client(reference_server.url) as client:
+        yield client.environment("lab")
+
+
+def _open_at_once(path: Path) -> int:
+    """The most sessions the trace shows open at the same time (open +1, close -1, in seq order)."""
+    table = load_trace(path).table
+    kinds = table.filter(pc.is_in(table["kind"], value_set=pc.cast(["open", "close"], "string")))["kind"].to_pylist()
+    most = now = 0
+    for kind in kinds:
+        now += 1 if kind == "open" else -1
+        most = max(most, now)
+    return most
+
+
+def _finished(path: Path, split: str) -> int:
+    """How many episodes of `lab`/`split` the trace (or its parts, while it is written) holds finished."""
+    if not (path.is_file() or path.with_name(path.name + ".parts").is_dir()):
+        return 0
+    return len(finished_records(path, "lab", split))
+
+
+def _unclosed(path: Path) -> set[str]:
+    sessions = load_trace(path).sessions
+    return set(sessions.loc[sessions["closed"].isna(), "session_id"])
+
+
+def test_rewards_and_finished_flags_are_what_the_environment_returned(lab: Environment, tmp_path: Path) -> None:
+    """Episode and step rewards equal the environment's own rule, for right and wrong answers."""
+    result = evaluate(lab, lab_policy, split="train", rollouts=2, concurrency=4, record=tmp_path / "run.parquet")
+    episodes = result.episodes
+    assert len(episodes) == 6
+    keys = sorted(zip(episodes["task_index"], episodes["rollout"], strict=True))
+    assert keys == [(i, r) for i in range(3) for r in (0, 1)]
+    for row in episodes.itertuples():
+        want = expected_reward("train", row.task_index, row.rollout)
+        assert (row.reward, row.total_reward, row.final_reward) == (want, want, want)
+        assert row.finished is True and row.steps == 1 and row.finish_reason == "stop"
+        assert row.success is (want == 1.0) and row.error is pd_na()
+    steps = result.steps
+    assert list(steps["tool"].unique()) == ["submit"]
+    assert [json.loads(text)["answer"] for text in steps["input"]][:2] == [LAB_TASKS["train"][0]["answer"], "wrong"]
+    assert list(steps["reward"]) == list(episodes["reward"])
+    tasks = result.tasks
+    assert list(tasks["success_rate"]) == [0.5, 0.5, 0.5]
+    assert list(tasks["pass@1"]) == [0.5, 0.5, 0.5] and list(tasks["pass@2"]) == [1.0, 1.0, 1.0]
+    # the trace's own episodes (derived from the wire rows) agree with the evaluation's
+    by_session = load_trace(tmp_path / "run.parquet").episodes.set_index("session_id")
+    for row in episodes.itertuples():
+        assert by_session.loc[row.session_id, "total_reward"] == row.total_reward
+
+
+def pd_na() -> object:
+    import pandas as pd
+
+    return pd.NA
+
+
+def test_multi_step_rewards_reduce_as_documented(ors_sdk_server: ServerProcess) -> None:
+    """Three steps of 0.1, 0.2, 0.3: sum 0.6 by default, 0.3 with reward="final", success by threshold."""
+    with Client(ors_sdk_server.url) as client:
+        lab = client.environment("lab")
+        summed = evaluate(lab, stepping_policy, split="train", tasks=1, success_threshold=0.5, progress=False)
+        final = evaluate(lab, stepping_policy, split="train", tasks=1, reward="final", success_threshold=0.5,
+                         progress=False)  # fmt: skip
+    row = summed.episodes.iloc[0]
+    assert row["steps"] == 3 and bool(row["finished"])
+    assert row["total_reward"] == pytest.approx(0.6) and row["final_reward"] == 0.3
+    assert row["reward"] == pytest.approx(0.6) and bool(row["success"])
+    assert list(summed.steps["reward"]) == [0.1, 0.2, 0.3]
+    assert list(summed.steps["finished"]) == [False, False, True]
+    assert final.episodes.iloc[0]["reward"] == 0.3 and not bool(final.episodes.iloc[0]["success"])
+
+
+def test_step_limit_ends_the_episode_as_length(ors_sdk_server: ServerProcess) -> None:
+    """max_steps=2 stops a three-step episode after two calls, unfinished, finish reason "length"."""
+    with Client(ors_sdk_server.url) as client:
+        result = evaluate(client.environment("lab"), stepping_policy, split="train", tasks=1, max_steps=2,
+                          progress=False)  # fmt: skip
+    row = result.episodes.iloc[0]
+    assert (row["steps"], bool(row["finished"]), row["finish_reason"]) == (2, False, "length")
+    assert row["error"] is pd_na()
+
+
+def test_concurrency_is_a_hard_limit_on_open_sessions(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
+    """With concurrency=3, the trace never shows more than three sessions open, and shows three."""
+    path = tmp_path / "run.parquet"
+    with Client(ors_sdk_server.url) as client:
+        result = evaluate(client.environment("lab"), slow_lab_policy, split="train", rollouts=6, concurrency=3,
+                          record=path, progress=False)  # fmt: skip
+    assert len(result) == 18
+    assert _open_at_once(path) == 3
+    assert not _unclosed(path)
+
+
+def test_a_failing_episode_is_recorded_and_the_run_goes_on(lab: Environment, tmp_path: Path) -> None:
+    """A tool that raises fails its episode (error kept, reward 0, session closed); the others run."""
+
+    def policy(obs: Observation) -> ToolCall | None:
+        if obs.index == 1 and not obs.step:
+            return ToolCall("crash")
+        return lab_policy(obs)
+
+    path = tmp_path / "run.parquet"
+    result = evaluate(lab, policy, split="train", rollouts=2, record=path, progress=False)
+    episodes = result.episodes
+    failed = episodes[episodes["task_index"] == 1]
+    assert list(failed["error_type"]) == ["ToolError", "ToolError"]
+    assert all("boom" in text for text in failed["error"])
+    assert list(failed["reward"]) == [0.0, 0.0] and not failed["success"].any()
+    assert list(failed["finish_reason"]) == ["error", "error"]
+    others = episodes[episodes["task_index"] != 1]
+    assert others["error"].isna().all()
+    assert list(others["reward"]) == [expected_reward("train", i, r) for i, r in zip(others["task_index"],
+                                                                                     others["rollout"], strict=True)]
+    assert list(result.errors["error_type"]) == ["ToolError", "ToolError"]
+    assert not _unclosed(path)
+    errors = load_trace(path).events
+    agent_errors = errors[(errors["layer"] == "agent") & (errors["kind"] == "error")]
+    assert len(agent_errors) == 2 and set(agent_errors["reason"]) == {"ToolError"}
+
+
+def test_an_agent_exception_fails_only_its_episode(ors_sdk_server: ServerProcess) -> None:
+    """An exception in the agent's own code is the episode's error (source agent); the run goes on."""
+
+    def policy(obs: Observation) -> ToolCall | None:
+        if obs.index == 2:
+            raise ValueError("policy bug")
+        return lab_policy(obs)
+
+    seen: list[dict[str, object]] = []
+    with Client(ors_sdk_server.url) as client:
+        result = evaluate(client.environment("lab"), policy, split="train", progress=False,
+                          subscribe=lambda event: seen.append(event.to_wire()))  # fmt: skip
+    episodes = result.episodes.set_index("task_index")
+    assert episodes.loc[2, "error_type"] == "ValueError" and episodes.loc[2, "error"] == "policy bug"
+    assert episodes.loc[0, "error"] is pd_na() and episodes.loc[0, "reward"] == 1.0
+    errors = [event for event in seen if event["type"] == "error"]
+    assert errors == [
+        {"type": "error", "errorType": "ValueError", "message": "policy bug", "source": "agent", "retryable": False}
+    ]
+
+
+def test_timeout_fails_a_slow_episode_and_closes_its_session(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
+    """timeout= ends an episode that takes too long: error TimeoutError, session deleted, run goes on."""
+
+    async def dawdle(obs: Observation) -> ToolCall | None:
+        if obs.index == 0:
+            await asyncio.sleep(30)
+        return lab_policy(obs)
+
+    path = tmp_path / "run.parquet"
+    started = time.monotonic()
+    with Client(ors_sdk_server.url) as client:
+        result = evaluate(client.environment("lab"), dawdle, split="train", timeout=0.5, record=path, progress=False)
+    assert time.monotonic() - started < 10
+    episodes = result.episodes.set_index("task_index")
+    assert episodes.loc[0, "error_type"] == "TimeoutError"
+    assert episodes.loc[0, "error"] == "timeout after 0.5 s"
+    assert episodes.loc[1, "reward"] == 1.0
+    assert not _unclosed(path)
+
+
+async def test_cancelling_deletes_open_sessions_and_leaves_a_resumable_trace(
+    ors_sdk_server: ServerProcess, tmp_path: Path
+) -> None:
+    """Cancel part-way: CancelledError, every session closed, the trace whole; resume finishes the rest."""
+    path = tmp_path / "run.parquet"
+    ended: list[AgentEvent] = []
+    eight = asyncio.Event()
+
+    def count(event: AgentEvent) -> None:
+        if event.type == "episode":
+            ended.append(event)
+            if len(ended) >= 8:
+                eight.set()
+
+    async with AsyncClient(ors_sdk_server.url) as client:
+        lab = client.environment("lab")
+        run = asyncio.create_task(aevaluate(lab, slow_lab_policy, split="train", rollouts=20, concurrency=4,
+                                            record=path, progress=False, subscribe=count))  # fmt: skip
+        await asyncio.wait_for(eight.wait(), timeout=60)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        trace = load_trace(path)
+        assert not trace.partial
+        assert not _unclosed(path)
+        done = len(finished_records(path, "lab", "train"))
+        assert 8 <= done < 60
+        result = await aevaluate(lab, lab_policy, split="train", rollouts=20, record=path, progress=False)
+    assert result.resumed == done
+    keys = list(zip(result.episodes["task_index"], result.episodes["rollout"], strict=True))
+    assert sorted(keys) == [(i, r) for i in range(3) for r in range(20)]
+    assert list(result.episodes["reward"]) == [expected_reward("train", i, r) for i, r in keys]
+    assert _episode_rows_per_key(path) == dict.fromkeys(keys, 1)
+
+
+def _episode_rows_per_key(path: Path) -> dict[tuple[int, int], int]:
+    table = load_trace(path).table
+    counts: dict[tuple[int, int], int] = {}
+    for text in table.filter(pc.equal(table["kind"], "episode"))["data"].to_pylist():
+        record = json.loads(text)
+        key = (record["task_index"], record["rollout"])
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_resume_skips_finished_pairs_and_reruns_failed_ones(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
+    """A second run on the same trace runs only what is missing or failed; each pair ends up once."""
+    path = tmp_path / "run.parquet"
+    calls: list[tuple[int, int]] = []
+    failed: set[int] = set()
+
+    def flaky(obs: Observation) -> ToolCall | None:
+        assert obs.index is not None
+        calls.append((obs.index, obs.rollout))
+        if obs.index == 1 and 1 not in failed:
+            failed.add(1)
+            raise RuntimeError("first try fails")
+        return lab_policy(obs)
+
+    with Client(ors_sdk_server.url) as client:
+        lab = client.environment("lab")
+        first = evaluate(lab, flaky, split="train", tasks=[0, 1], record=path, progress=False)
+        assert list(first.episodes["error_type"].fillna("-")) == ["-", "RuntimeError"]
+        calls.clear()
+        second = evaluate(lab, flaky, split="train", record=path, progress=False)
+    assert sorted(set(calls)) == [(1, 0), (2, 0)]
+    assert second.resumed == 1
+    assert list(second.episodes["reward"]) == [1.0, 1.0, 1.0]
+    assert second.episodes["error"].isna().all()
+    # the trace keeps the failed attempt, and one finished episode per pair
+    assert finished_records(path, "lab", "train").keys() == {("lab", "train", i, 0) for i in range(3)}
+
+
+def test_resume_false_refuses_an_existing_trace(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
+    """resume=False never adds to a trace that exists."""
+    path = tmp_path / "run.parquet"
+    with Client(ors_sdk_server.url) as client:
+        lab = client.environment("lab")
+        evaluate(lab, lab_policy, split="test", record=path, progress=False)
+        with pytest.raises(FileExistsError, match="append=True"):
+            evaluate(lab, lab_policy, split="test", record=path, resume=False, progress=False)
+
+
+KILLED_RUN = textwrap.dedent(
+    """
+    import sys
+    from ors_lab import Client
+    from ors_lab.evaluation import evaluate
+    from tests.evaluation.policies import slow_lab_policy
+
+    with Client(sys.argv[1]) as client:
+        evaluate(client.environment("lab"), slow_lab_policy, split="test", rollouts=100, concurrency=8,
+                 record=sys.argv[2], progress=False)
+    """
+)
+
+
+def test_resume_after_sigkill_runs_each_pair_exactly_once(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
+    """200 episodes, SIGKILLed part-way, then resumed: each (task, rollout) once, with its right reward."""
+    path = tmp_path / "run.parquet"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, ors_sdk_server.url, str(path)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _finished(path, "test") >= 40:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    partial = load_trace(path)
+    assert partial.partial
+    killed_done = len(finished_records(path, "lab", "test"))
+    assert 40 <= killed_done < 200
+    with Client(ors_sdk_server.url) as client:
+        result = evaluate(client.environment("lab"), lab_policy, split="test", rollouts=100, concurrency=8,
+                          record=path, progress=False)  # fmt: skip
+    assert result.resumed == killed_done
+    episodes = result.episodes
+    keys = list(zip(episodes["task_index"], episodes["rollout"], strict=True))
+    assert sorted(keys) == [(i, r) for i in range(2) for r in range(100)]
+    assert list(episodes["reward"]) == [expected_reward("test", i, r) for i, r in keys]
+    assert _episode_rows_per_key(path) == dict.fromkeys(keys, 1)
+    assert not load_trace(path).partial
+
+
+INTERRUPTED_RUN = textwrap.dedent(
+    """
+    import sys
+    from ors_lab import Client
+    from ors_lab.evaluation import evaluate
+    from tests.evaluation.policies import slow_lab_policy
+
+    with Client(sys.argv[1]) as client:
+        print("started", flush=True)
+        evaluate(client.environment("lab"), slow_lab_policy, split="train", rollouts=200, concurrency=4,
+                 record=sys.argv[2], progress=False)
+    """
+)
+
+
+def test_ctrl_c_stops_cleanly(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
+    """SIGINT during a sync evaluate: KeyboardInterrupt, sessions deleted, the trace compacted and valid."""
+    path = tmp_path / "run.parquet"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED_RUN, ors_sdk_server.url, str(path)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "started"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not path.with_name(path.name + ".parts").is_dir():
+        time.sleep(0.05)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    trace = load_trace(path)
+    assert not trace.partial
+    assert len(trace.sessions) > 0
+    assert not _unclosed(path)
+
+
+NESTED_RUN = textwrap.dedent(
+    """
+    import asyncio, sys
+    from ors_lab import Client
+    from ors_lab.evaluation import evaluate
+    from tests.evaluation.policies import lab_policy
+
+    async def main():
+        with Client(sys.argv[1]) as client:  # inside a running loop, as in Jupyter
+            result = evaluate(client.environment("lab"), lab_policy, split="train", rollouts=2, progress=False)
+        print(list(result.episodes["reward"]))
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_sync_evaluate_runs_inside_a_running_loop(ors_sdk_server: ServerProcess) -> None:
+    """The sync evaluate works on an already running loop (nest_asyncio2, as in a notebook)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-c", NESTED_RUN, ors_sdk_server.url], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str([expected_reward("train", i, r) for i in range(3) for r in (0, 1)])
+
+
+def test_progress_line_counts_rate_reward_and_errors(
+    ors_sdk_server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without widgets, the progress line reports episodes, rate, running mean reward and errors."""
+    with Client(ors_sdk_server.url) as client:
+        evaluate(client.environment("lab"), lab_policy, split="train", rollouts=2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("eval lab/train: 6/6 episodes  ")
+    assert err[-1].endswith("/s  mean reward 0.500  errors 0")
+
+
+def test_demo_agent_streams_its_reasoning_into_the_trace(demo_server: ServerProcess, tmp_path: Path) -> None:
+    """The demo agent's events are agent rows of the trace, in the seed's order, with their rollout."""
+    path = tmp_path / "run.parquet"
+    with Client(demo_server.url) as client:
+        result = evaluate(client.environment("arithmetic"), DemoAgent(), split="test", tasks=[0], rollouts=2,
+                          record=path, progress=False)  # fmt: skip
+    assert list(result.episodes["reward"]) == [1.0, 1.0]
+    events = load_trace(path).events
+    agent = events[events["layer"] == "agent"]
+    sid = result.episodes["session_id"][1]
+    mine = agent[agent["session_id"] == sid]
+    kinds = [k for i, k in enumerate(mine["kind"]) if k != "reasoning-delta" or mine["kind"].iloc[i - 1] != k]
+    assert kinds == [
+        "start", "reasoning-start", "reasoning-delta", "reasoning-end", "tool-input-available",
+        "tool-output-available", "reasoning-start", "reasoning-delta", "reasoning-end", "text-start", "text-delta",
+        "text-end", "tool-input-available", "tool-output-available", "reward", "finish", "episode",
+    ]  # fmt: skip
+    assert set(mine["rollout"]) == {1}
+    deltas = mine[mine["kind"] == "reasoning-delta"]["data"].map(lambda text: json.loads(text)["delta"])
+    assert "".join(deltas).startswith("The problem reads: ")
+    reward = mine[mine["kind"] == "reward"].iloc[0]
+    assert (reward["reward"], reward["finished"], reward["tool"], reward["call"]) == (1.0, True, "submit", 2)
+    # the ORS rows of the same episode are there too, under the same session id
+    wire = events[(events["session_id"] == sid) & (events["layer"] != "agent")]
+    assert {"request", "response", "result", "open", "close"} <= set(wire["kind"])
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"rollouts": 0}, ValueError, "rollouts must be 1 or more"),
+        ({"concurrency": 0}, ValueError, "concurrency must be 1 or more"),
+        ({"max_steps": 0}, ValueError, "max_steps must be 1 or more"),
+        ({"tasks": 9}, ValueError, "has 3 tasks"),
+        ({"tasks": [0, 7]}, ValueError, r"task indices \[7\] are outside"),
+        ({"tasks": [1, 1]}, ValueError, "use rollouts="),
+        ({"reward": "median"}, ValueError, "unknown reward reduction 'median'; use one of sum, final, max"),
+    ],
+)
+def test_bad_arguments_fail_clearly(
+    ors_sdk_server: ServerProcess, options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    """Bad arguments raise a clear error before (or instead of) running anything."""
+    with Client(ors_sdk_server.url) as client, pytest.raises(error, match=message):
+        evaluate(client.environment("lab"), lab_policy, split="train", progress=False, **options)  # type: ignore[arg-type]
+
+
+def test_an_agent_must_be_an_agent_or_a_policy(ors_sdk_server: ServerProcess) -> None:
+    """Passing something that is neither an Agent nor a callable is a TypeError naming it."""
+    with Client(ors_sdk_server.url) as client, pytest.raises(TypeError, match="async run"):
+        evaluate(client.environment("lab"), 42, split="train", progress=False)  # type: ignore[arg-type]
