@@ -3,7 +3,7 @@
 - `lab_policy`: submits the right answer on even rollouts and "wrong" on odd ones, so the
   expected reward of (task, rollout) is `expected_reward(split, index, rollout)`.
 - `stepping_policy`: calls `step` with 1, 2, 3: rewards 0.1, 0.2, 0.3, finished at 3.
-- `slow_lab_policy`: `lab_policy` after a short async sleep (to catch runs part-way).
+- `slow_lab_policy`, `slower_lab_policy`: `lab_policy` after an async sleep (to catch runs part-way).
 """
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ def lab_policy(obs: Observation) -> ToolCall | None:
 async def slow_lab_policy(obs: Observation) -> ToolCall | None:
     """`lab_policy`, 20 ms later."""
     await asyncio.sleep(0.02)
+    return lab_policy(obs)
+
+
+async def slower_lab_policy(obs: Observation) -> ToolCall | None:
+    """`lab_policy`, 100 ms later: a run of 200 episodes at concurrency 8 lasts seconds, to be killed in."""
+    await asyncio.sleep(0.1)
     return lab_policy(obs)
 
 

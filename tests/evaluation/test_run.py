@@ -281,10 +281,10 @@ KILLED_RUN = textwrap.dedent(
     import sys
     from ors_lab import Client
     from ors_lab.evaluation import evaluate
-    from tests.evaluation.policies import slow_lab_policy
+    from tests.evaluation.policies import slower_lab_policy
 
     with Client(sys.argv[1]) as client:
-        evaluate(client.environment("lab"), slow_lab_policy, split="test", rollouts=100, concurrency=8,
+        evaluate(client.environment("lab"), slower_lab_policy, split="test", rollouts=100, concurrency=8,
                  record=sys.argv[2], progress=False)
     """
 )
