@@ -10,7 +10,6 @@ what is its own: text, reasoning and tool-input deltas.
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ors_lab.agents.events import AgentEvent, EventStream
+from ors_lab.agents.events import AgentEvent, EventStream, compact_json
 from ors_lab.client import AsyncSession
 from ors_lab.protocol.errors import ORSError
 from ors_lab.protocol.models import Block, Task, TextBlock, ToolResult, ToolSpec
@@ -67,11 +66,6 @@ class Step:
     call: int
 
 
-def input_json(value: Mapping[str, Any]) -> str:
-    """A tool input as compact JSON text, as the trace's ``input`` column holds it."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
 def prompt_text(blocks: list[Block]) -> str:
     """The prompt's text blocks joined by blank lines (images become ``[image]``)."""
     return "\n\n".join(b.text if isinstance(b, TextBlock) else "[image]" for b in blocks)
@@ -118,6 +112,10 @@ class TextStream:
         if delta:
             self.parts.append(delta)
             self._episode.emit(f"{self.kind}-delta", id=self.id, delta=delta)
+
+    def close(self) -> None:
+        """End the part (its ``-end`` event)."""
+        self._episode.emit(f"{self.kind}-end", id=self.id)
 
     @property
     def text(self) -> str:
@@ -190,7 +188,7 @@ class Episode:
 
     def emit(self, type: str, /, **payload: Any) -> None:
         """Emit one agent event of this episode (see ``ors_lab.agents.events``)."""
-        self.events.publish(AgentEvent(type, payload, session_id=self.session.sid, rollout=self.rollout))
+        self._emit_for_call(type, {}, **payload)
 
     def _emit_for_call(self, type: str, columns: dict[str, Any], /, **payload: Any) -> None:
         """An event about one tool call: its rows carry the call's tool, input and number too."""
@@ -212,14 +210,19 @@ class Episode:
         with self._stream("reasoning") as stream:
             yield stream
 
-    @contextmanager
-    def _stream(self, kind: str) -> Iterator[TextStream]:
+    def open_part(self, kind: str) -> TextStream:
+        """Start a ``text`` or ``reasoning`` part (its ``-start`` event); ``close()`` it when done."""
         stream = TextStream(self, kind, self.new_id(kind))
         self.emit(f"{kind}-start", id=stream.id)
+        return stream
+
+    @contextmanager
+    def _stream(self, kind: str) -> Iterator[TextStream]:
+        stream = self.open_part(kind)
         try:
             yield stream
         finally:
-            self.emit(f"{kind}-end", id=stream.id)
+            stream.close()
 
     async def call(
         self, name: str, input: Mapping[str, Any] | None = None, *, tool_call_id: str | None = None
@@ -236,7 +239,7 @@ class Episode:
         call_id = tool_call_id or self.new_id("call")
         self.emit("tool-input-available", toolCallId=call_id, toolName=name, input=tool_input)
         started = time.monotonic()
-        columns: dict[str, Any] = {"tool": name, "input": input_json(tool_input), "call": self.session.calls + 1}
+        columns: dict[str, Any] = {"tool": name, "input": compact_json(tool_input), "call": self.session.calls + 1}
         try:
             result = await self.session.call(name, tool_input)
         except ORSError as exc:

@@ -39,6 +39,7 @@ __all__ = [
     "AgentEvent",
     "EventStream",
     "Subscriber",
+    "compact_json",
 ]
 
 AGENT_EVENT_TYPES = AGENT_KINDS
@@ -69,7 +70,8 @@ class AgentEvent:
 Subscriber = Callable[[AgentEvent], None]
 
 
-def _dumps(value: Any) -> str:
+def compact_json(value: Any) -> str:
+    """Compact JSON text (``{"a":1}``, UTF-8, not ASCII-escaped), as the trace's JSON columns hold it."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
@@ -91,7 +93,7 @@ class EventStream:
             raise ValueError(f"unknown agent event type {event.type!r}; valid types: {', '.join(AGENT_EVENT_TYPES)}")
         if self.recorder is not None:
             fields = {"layer": "agent", "session_id": event.session_id, "rollout": event.rollout,
-                      "data": _dumps(event.to_wire()), **_typed_columns(event.payload), **columns}  # fmt: skip
+                      "data": compact_json(event.to_wire()), **_typed_columns(event.payload), **columns}  # fmt: skip
             self.recorder.emit(event.type, **fields)
         for subscriber in list(self._subscribers):
             subscriber(event)
@@ -103,7 +105,7 @@ def _typed_columns(payload: Mapping[str, Any]) -> dict[str, Any]:
     if "toolName" in payload:
         columns["tool"] = payload["toolName"]
     if "input" in payload:
-        columns["input"] = _dumps(payload["input"])
+        columns["input"] = compact_json(payload["input"])
     if "reward" in payload:
         columns["reward"] = payload["reward"]
     if "finished" in payload:

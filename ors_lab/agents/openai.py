@@ -61,33 +61,23 @@ class _Turn:
 
     def __init__(self, episode: Episode) -> None:
         self.episode = episode
-        self.text: TextStream | None = None
-        self.reasoning: TextStream | None = None
+        self.parts: dict[str, TextStream] = {}  # the open "text" or "reasoning" part (one at a time)
         self.calls: dict[int, _ToolCall] = {}
         self.content: list[str] = []
         self.finish_reason: str | None = None
 
     def _part(self, kind: str) -> TextStream:
         """The open text or reasoning part, opening it (and closing the other) when needed."""
-        current = self.text if kind == "text" else self.reasoning
-        if current is None:
-            self._close("reasoning" if kind == "text" else "text")
-            current = TextStream(self.episode, kind, self.episode.new_id(kind))
-            self.episode.emit(f"{kind}-start", id=current.id)
-            if kind == "text":
-                self.text = current
-            else:
-                self.reasoning = current
-        return current
+        part = self.parts.get(kind)
+        if part is None:
+            self._close()
+            part = self.parts[kind] = self.episode.open_part(kind)
+        return part
 
-    def _close(self, kind: str) -> None:
-        current = self.text if kind == "text" else self.reasoning
-        if current is not None:
-            self.episode.emit(f"{kind}-end", id=current.id)
-            if kind == "text":
-                self.text = None
-            else:
-                self.reasoning = None
+    def _close(self) -> None:
+        for part in self.parts.values():
+            part.close()
+        self.parts.clear()
 
     def feed(self, chunk: Any) -> None:
         for choice in chunk.choices or ():
@@ -105,8 +95,7 @@ class _Turn:
                 self.finish_reason = choice.finish_reason
 
     def _tool_delta(self, call: Any) -> None:
-        self._close("text")
-        self._close("reasoning")
+        self._close()
         entry = self.calls.get(call.index)
         function = call.function
         if entry is None:
@@ -119,8 +108,7 @@ class _Turn:
             self.episode.emit("tool-input-delta", toolCallId=entry.id, inputTextDelta=function.arguments)
 
     def end(self) -> None:
-        self._close("text")
-        self._close("reasoning")
+        self._close()
         for entry in self.calls.values():
             self.episode.emit("tool-input-end", toolCallId=entry.id)
 

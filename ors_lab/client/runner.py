@@ -25,6 +25,9 @@ __all__ = ["Runner"]
 
 T = TypeVar("T")
 
+CLEANUP_TIMEOUT = 30.0
+"""After Ctrl-C, how long ``Runner.run`` waits for the cancelled coroutine's cleanup."""
+
 
 class Runner:
     """Runs coroutines to completion for the sync twins."""
@@ -55,7 +58,12 @@ class Runner:
         return self._thread is None
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the runner's loop and return its result; Ctrl-C cancels it."""
+        """Run ``coro`` on the runner's loop and return its result.
+
+        Ctrl-C cancels it; on the private loop thread, ``run`` then waits (up to
+        ``CLEANUP_TIMEOUT`` seconds) for the cancelled coroutine to finish its cleanup (deleting
+        sessions, closing a trace) before re-raising, so that exiting the script does not cut it short.
+        """
         if self._thread is None:
             task = asyncio.ensure_future(coro, loop=self._loop)
             try:
@@ -66,11 +74,20 @@ class Runner:
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("the sync Client was called from its own event loop thread; use AsyncClient there")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        ended = threading.Event()
+
+        async def to_the_end() -> T:
+            try:
+                return await coro
+            finally:
+                ended.set()
+
+        future = asyncio.run_coroutine_threadsafe(to_the_end(), self._loop)
         try:
             return future.result()
         except BaseException:
             future.cancel()
+            ended.wait(CLEANUP_TIMEOUT)
             raise
 
     def close(self) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "EvalResult",
     "Reduction",
     "StepRecord",
+    "episode_records",
     "pass_at_k",
     "reduce_reward",
 ]
@@ -93,6 +94,14 @@ class EpisodeRecord:
         value = json.loads(text)
         value["steps"] = tuple(StepRecord(**step) for step in value.get("steps", ()))
         return cls(**value)
+
+
+def episode_records(table: Any) -> list[EpisodeRecord]:
+    """The ``episode`` rows of a trace's Arrow table, as records, in the order they were written."""
+    import pyarrow.compute as pc
+
+    rows = table.filter(pc.equal(table["kind"], "episode")).column("data").to_pylist()
+    return [EpisodeRecord.from_json(text) for text in rows]
 
 
 def reduce_reward(steps: Sequence[StepRecord], reduction: Reduction) -> tuple[float | None, float | None, float]:
@@ -258,37 +267,25 @@ class EvalResult:
         """pass@k per task (unbiased estimator), indexed by task index."""
         import pandas as pd
 
-        by_task = self._by_task()
-        return pd.Series(
-            {index: pass_at_k(len(rs), sum(r.success for r in rs), k) for index, rs in by_task.items()},
-            name=f"pass@{k}",
-            dtype="float64",
-        )
+        return pd.Series(_pass_at(self._by_task(), k), name=f"pass@{k}", dtype="float64")
 
     @property
     def tasks(self) -> pd.DataFrame:
         """One row per task: episodes, mean reward, stderr, success rate, pass@1 (and pass@k for k rollouts)."""
-        rows = []
         ks = self._ks()
-        for index, rs in self._by_task().items():
-            rewards = [r.reward for r in rs]
-            n = len(rs)
-            successes = sum(r.success for r in rs)
-            row: dict[str, Any] = {
+        by_task = self._by_task()
+        passes = {k: _pass_at(by_task, k) for k in ks}
+        rows = [
+            {
                 "environment": self.environment,
                 "split": self.split,
                 "task_index": index,
-                "episodes": n,
-                "mean_reward": math.fsum(rewards) / n,
-                "stderr": _stderr(rewards),
-                "success_rate": successes / n,
-                "finished_rate": sum(r.finished for r in rs) / n,
-                "mean_steps": sum(len(r.steps) for r in rs) / n,
-                "errors": sum(r.error is not None for r in rs),
+                "episodes": len(rs),
+                **_aggregate(rs),
+                **{f"pass@{k}": passes[k][index] for k in ks},
             }
-            for k in ks:
-                row[f"pass@{k}"] = pass_at_k(n, successes, k)
-            rows.append(row)
+            for index, rs in by_task.items()
+        ]
         return _frame(rows, {**TASKS_COLUMNS, **{f"pass@{k}": "float64" for k in ks}})
 
     @property
@@ -316,26 +313,18 @@ class EvalResult:
         return columns
 
     def _summary_row(self) -> dict[str, Any]:
-        records = self.records
-        n = len(records)
-        rewards = [r.reward for r in records]
+        by_task = self._by_task()
         row: dict[str, Any] = {
             "environment": self.environment,
             "split": self.split,
-            "episodes": n,
-            "tasks": len(self._by_task()),
-            "mean_reward": math.fsum(rewards) / n if n else None,
-            "stderr": _stderr(rewards),
-            "success_rate": sum(r.success for r in records) / n if n else None,
-            "finished_rate": sum(r.finished for r in records) / n if n else None,
-            "mean_steps": sum(len(r.steps) for r in records) / n if n else None,
-            "errors": sum(r.error is not None for r in records),
+            "episodes": len(self.records),
+            "tasks": len(by_task),
+            **_aggregate(self.records),
             "elapsed_s": self.elapsed_s,
         }
         for k in self._ks():
-            values = [pass_at_k(len(rs), sum(r.success for r in rs), k) for rs in self._by_task().values()]
-            known = [v for v in values if v is not None]
-            row[f"pass@{k}"] = math.fsum(known) / len(known) if known else None
+            known = [v for v in _pass_at(by_task, k).values() if v is not None]
+            row[f"pass@{k}"] = math.fsum(known) / len(known) if known else None  # the mean over tasks
         return row
 
     def _ks(self) -> list[int]:
@@ -373,6 +362,25 @@ class EvalResult:
             f"x {self.rollouts} rollouts; mean reward {row['mean_reward']:.3f}{stderr}; {passes}; "
             f"{row['errors']} errors)"
         )
+
+
+def _aggregate(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
+    """Mean reward, its standard error, success, finished and error counts of some episodes (None when none)."""
+    n = len(records)
+    rewards = [r.reward for r in records]
+    return {
+        "mean_reward": math.fsum(rewards) / n if n else None,
+        "stderr": _stderr(rewards),
+        "success_rate": sum(r.success for r in records) / n if n else None,
+        "finished_rate": sum(r.finished for r in records) / n if n else None,
+        "mean_steps": sum(len(r.steps) for r in records) / n if n else None,
+        "errors": sum(r.error is not None for r in records),
+    }
+
+
+def _pass_at(by_task: Mapping[int, Sequence[EpisodeRecord]], k: int) -> dict[int, float | None]:
+    """pass@k of each task's episodes."""
+    return {index: pass_at_k(len(rs), sum(r.success for r in rs), k) for index, rs in by_task.items()}
 
 
 def _stderr(values: Sequence[float]) -> float | None:

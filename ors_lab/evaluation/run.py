@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -40,22 +39,19 @@ from ors_lab.agents.episode import (
     Episode,
     StepLimitReached,
     error_payload,
-    input_json,
 )
-from ors_lab.agents.events import AgentEvent, EventStream, Subscriber
+from ors_lab.agents.events import AgentEvent, EventStream, Subscriber, compact_json
 from ors_lab.agents.policy import Policy, as_agent
 from ors_lab.client import AsyncEnvironment, Environment
 from ors_lab.client.runner import Runner
 from ors_lab.evaluation.progress import TextProgress
-from ors_lab.evaluation.result import EpisodeRecord, EvalResult, Reduction, StepRecord, reduce_reward
+from ors_lab.evaluation.result import EpisodeRecord, EvalResult, Reduction, StepRecord, episode_records, reduce_reward
 from ors_lab.protocol.errors import ORSError
 
 if TYPE_CHECKING:
     from ors_lab.recording.recorder import Recorder
 
 __all__ = ["aevaluate", "evaluate", "finished_records"]
-
-CLEANUP_TIMEOUT = 30.0
 
 
 async def aevaluate(
@@ -96,36 +92,35 @@ async def aevaluate(
     previous_recorder = client.recorder
     if recorder is not None:
         client.recorder = recorder  # from the first request: a replay of the trace needs them all
-    try:
-        indices = await _task_indices(aenv, split, tasks)
-    except BaseException:
-        client.recorder = previous_recorder
-        if own_recorder and recorder is not None:
-            await asyncio.to_thread(recorder.close)
-        raise
-    pairs = [(index, rollout) for index in indices for rollout in range(rollouts)]
     events = EventStream(recorder)
     if subscribe is not None:
         events.subscribe(subscribe)
-    keys = {pair: (aenv.name, split, *pair) for pair in pairs}
-    records = [done[key] for key in keys.values() if key in done]
-    todo = deque(pair for pair, key in keys.items() if key not in done)
-    resumed = len(records)
-    label = f"eval {aenv.name}/{split}"
-    meter = TextProgress(len(pairs), label=label, done=len(records)) if progress else None
+    meter: TextProgress | None = None
+    workers: list[asyncio.Task[None]] = []
     started = time.monotonic()
-
-    async def work() -> None:
-        while todo:
-            index, rollout = todo.popleft()
-            record_ = await _episode(aenv, runner, events, split, index, rollout, max_steps, timeout, reward,
-                                     success_threshold)  # fmt: skip
-            records.append(record_)
-            if meter is not None:
-                meter.update(record_.reward, error=record_.error is not None)
-
-    workers = [asyncio.create_task(work(), name=f"ors-lab eval worker {n}") for n in range(min(concurrency, len(todo)))]
     try:
+        indices = await _task_indices(aenv, split, tasks)
+        keys = {
+            (index, rollout): (aenv.name, split, index, rollout) for index in indices for rollout in range(rollouts)
+        }
+        records = [done[key] for key in keys.values() if key in done]
+        todo = deque(pair for pair, key in keys.items() if key not in done)
+        resumed = len(records)
+        if progress:
+            meter = TextProgress(len(keys), label=f"eval {aenv.name}/{split}", done=resumed)
+
+        async def work() -> None:
+            while todo:
+                index, rollout = todo.popleft()
+                record_ = await _episode(aenv, runner, events, split, index, rollout, max_steps, timeout, reward,
+                                         success_threshold)  # fmt: skip
+                records.append(record_)
+                if meter is not None:
+                    meter.update(record_.reward, error=record_.error is not None)
+
+        workers = [
+            asyncio.create_task(work(), name=f"ors-lab eval worker {n}") for n in range(min(concurrency, len(todo)))
+        ]
         await asyncio.gather(*workers)
     except BaseException:
         for worker in workers:
@@ -151,33 +146,18 @@ async def aevaluate(
 
 
 def evaluate(env: AsyncEnvironment | Environment, agent: Agent | Policy, **options: Any) -> EvalResult:
-    """The sync twin of ``aevaluate`` (same arguments); works in scripts and inside Jupyter's loop."""
+    """The sync twin of ``aevaluate`` (same arguments); works in scripts and inside Jupyter's loop.
+
+    Ctrl-C stops it as cancelling ``aevaluate`` does: the runner waits for the sessions and the
+    trace to be closed before re-raising.
+    """
     if isinstance(env, Environment):
-        return _run_to_the_end(env._runner, aevaluate(env.aio, agent, **options))
+        return env._runner.run(aevaluate(env.aio, agent, **options))
     runner = Runner()
     try:
-        return _run_to_the_end(runner, aevaluate(env, agent, **options))
+        return runner.run(aevaluate(env, agent, **options))
     finally:
         runner.close()
-
-
-def _run_to_the_end(runner: Runner, coro: Any) -> EvalResult:
-    """Run ``coro``; on Ctrl-C cancel it and wait (bounded) until it has closed its sessions and trace."""
-    ended = threading.Event()
-
-    async def guarded() -> EvalResult:
-        try:
-            result: EvalResult = await coro
-            return result
-        finally:
-            ended.set()
-
-    try:
-        return runner.run(guarded())
-    except BaseException:
-        if not runner.nested:
-            ended.wait(CLEANUP_TIMEOUT)
-        raise
 
 
 def _async_environment(env: AsyncEnvironment | Environment) -> AsyncEnvironment:
@@ -230,18 +210,13 @@ def finished_records(
     path: str | os.PathLike[str], environment: str, split: str
 ) -> dict[tuple[str, str, int, int], EpisodeRecord]:
     """The episodes of ``environment``/``split`` a trace holds without an error, by (env, split, task, rollout)."""
-    import pyarrow.compute as pc
-
     from ors_lab.recording.trace import load_trace
 
-    table = load_trace(path).table
-    rows = table.filter(pc.equal(table["kind"], "episode")).column("data").to_pylist()
-    done: dict[tuple[str, str, int, int], EpisodeRecord] = {}
-    for text in rows:
-        record = EpisodeRecord.from_json(text)
-        if record.environment == environment and record.split == split and record.error is None:
-            done[record.key] = record
-    return done
+    return {
+        record.key: record
+        for record in episode_records(load_trace(path).table)
+        if record.environment == environment and record.split == split and record.error is None
+    }
 
 
 async def _episode(
@@ -288,7 +263,7 @@ async def _episode(
             step=s.number,
             call=s.call,
             tool=s.tool,
-            input=input_json(s.input),
+            input=compact_json(s.input),
             ok=s.result.ok,
             reward=s.result.reward,
             finished=s.result.finished,

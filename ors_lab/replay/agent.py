@@ -17,9 +17,9 @@ transport error, and a stream that was cut is cut again after its last recorded 
 
 from __future__ import annotations
 
-import json
 import os
 import threading
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ors_lab.agents.episode import CURRENT_EPISODE
+from ors_lab.evaluation.result import episode_records
 from ors_lab.recording.trace import Trace, load_trace
 from ors_lab.replay.engine import DROP_HEADERS, MISMATCH_HEADER, Answer, _body_value, _difference, _json_answer, _short
 from ors_lab.replay.recorded import Exchange, Recording
@@ -51,11 +52,9 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
         self.recording = Recording(self.trace, agent=True)
         self.name = str(self.trace.path)
         table = self.trace.table
-        self._episodes: dict[EpisodeKey, list[str]] = {}
-        for text in table.filter(pc.equal(table["kind"], "episode")).column("data").to_pylist():
-            record = json.loads(text)
-            key = (record["environment"], record["split"], record["task_index"], record["rollout"])
-            self._episodes.setdefault(key, []).append(record["session_id"])
+        self._unclaimed: dict[EpisodeKey, deque[str]] = {}  # recorded episodes not yet replayed, in order
+        for record in episode_records(table):
+            self._unclaimed.setdefault(record.key, deque()).append(record.session_id)
         self._broken = _broken(table)
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
@@ -82,7 +81,8 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
         with self._lock:
             live = self._live.get(episode.session.sid)
             if live is None:
-                recorded = next((sid for sid in self._episodes.get(key, []) if sid not in self._claimed()), None)
+                waiting = self._unclaimed.get(key)
+                recorded = waiting.popleft() if waiting else None
                 if recorded is None:
                     where = f"episode {key[0]}/{key[1]} task {key[2]} rollout {key[3]}"
                     return self._mismatch(what, f"the trace holds no finished {where} to replay", [])
@@ -98,9 +98,6 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
                 return self._mismatch(what, _difference(wanted, _body_value(expected.body), "body"), pending)
             expected.played += 1
         return _play(expected), self._broken.get(expected.seq)
-
-    def _claimed(self) -> set[str]:
-        return {live.recorded for live in self._live.values()}
 
     def _mismatch(self, what: str, differs: str, nearest: list[Exchange]) -> tuple[Answer, None]:
         lines = [
