@@ -6,9 +6,10 @@ How a trace is written, and why it survives a crash:
   queues it (``httpx2.Headers`` as their raw bytes); a writer thread turns queued rows into Arrow
   columns, with secrets redacted first: it fills in each row's context and redacts its URL,
   headers and body in one pass over the rows, and the other columns go to Arrow as emitted.
-- Every ``flush_interval`` seconds (0.5 s by default), and whenever ``part_rows`` rows are
-  waiting, the writer writes them as a new Parquet file ``PATH.parts/part-NNNNNNNNN.parquet``: it
-  writes a hidden temporary file and renames it into place, so a part is either whole or absent.
+- Every ``flush_interval`` seconds (0.5 s by default), whenever ``part_rows`` rows are waiting,
+  and when ``flush()`` asks, the writer writes them as a new Parquet file
+  ``PATH.parts/part-NNNNNNNNN.parquet``: it writes a hidden temporary file and renames it into
+  place, so a part is either whole or absent.
   A process killed at any moment therefore leaves every event recorded up to about one second
   before the kill readable, as plain Parquet files.
 - ``close()`` compacts the parts, in order, into the single file ``PATH`` and removes the parts.
@@ -21,7 +22,6 @@ How a trace is written, and why it survives a crash:
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import json
 import os
 import shutil
@@ -132,7 +132,9 @@ class Recorder:
         # t_ns goes on from where an appended trace stopped, so it never runs backwards in one file
         self._t0 = time.monotonic_ns() - first_ns
         self._wall0_us = time.time_ns() // 1000 - first_ns // 1000
-        self._seq = itertools.count(first_seq)
+        self._next_seq = first_seq  # the seq of the next row emit takes
+        self._written_seq = first_seq  # every row before this seq is in a part on disk
+        self._flushers = 0  # flush() calls waiting: the writer writes what is queued now
         self._queue: list[dict[str, Any]] = []
         self._lock = threading.Lock()  # emit takes it directly: cheaper than entering the Condition
         self._cond = threading.Condition(self._lock)
@@ -168,13 +170,37 @@ class Recorder:
         with self._lock:
             if self._closing:  # set before _closed, and never unset
                 raise RuntimeError(f"{self!r} is closed")
-            fields["seq"] = next(self._seq)
+            fields["seq"] = self._next_seq
+            self._next_seq += 1
             queue = self._queue
             queue.append(fields)
             if len(queue) >= self.part_rows:
                 self._cond.notify()
                 while len(self._queue) >= 2 * self.part_rows and self._error is None:
                     self._cond.wait(0.1)  # the writer is behind: wait, so memory stays bounded
+        if self._error is not None:
+            raise RuntimeError(f"the trace writer failed: {self._error!r}") from self._error
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every event emitted so far is in a part on disk, where ``load_trace`` reads it.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds, and the writer's error if it failed.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            target = self._next_seq
+            self._flushers += 1
+            self._cond.notify_all()
+            try:
+                while self._written_seq < target and self._error is None:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError(
+                            f"{self!r}: the events emitted before flush() are not written after {timeout:g} s"
+                        )
+                    self._cond.wait(remaining)
+            finally:
+                self._flushers -= 1
         if self._error is not None:
             raise RuntimeError(f"the trace writer failed: {self._error!r}") from self._error
 
@@ -188,7 +214,7 @@ class Recorder:
                 with self._cond:
                     while not self._closing and len(self._queue) < self.part_rows:
                         remaining = last + self.flush_interval - time.monotonic()
-                        if remaining <= 0 and self._queue:
+                        if self._queue and (remaining <= 0 or self._flushers):
                             break
                         self._cond.wait(remaining if remaining > 0 else self.flush_interval)
                     rows = self._queue[: self.part_rows]
@@ -198,6 +224,9 @@ class Recorder:
                 if rows:
                     self._write_part(rows)
                     last = time.monotonic()
+                    with self._cond:
+                        self._written_seq = rows[-1]["seq"] + 1
+                        self._cond.notify_all()
                 if done:
                     return
         except BaseException as exc:  # surfaced by the next emit() and by close()

@@ -8,9 +8,11 @@ import datetime as dt
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -319,3 +321,62 @@ def test_create_secrets_are_redacted_whatever_the_query(tmp_path: Path) -> None:
     recorded = json.loads(ol.load_trace(path).table["body"][0].as_py())
     assert recorded["secrets"] == {"TOKEN": "<redacted>"}
     assert ol.load_trace(path).table["task_index"][0].as_py() == 0
+
+
+def test_flush_makes_everything_emitted_so_far_readable(tmp_path: Path) -> None:
+    """flush() writes what is queued now (the flush interval is an hour here); load_trace reads it as partial."""
+    path = tmp_path / "run.parquet"
+    with ol.Recorder(path, flush_interval=3600) as rec:
+        for n in range(3):
+            rec.emit("comment", comment=f"row {n}")
+        assert not list(parts_dir(path).glob("part-*.parquet"))
+        rec.flush()
+        first = ol.load_trace(path)
+        rec.emit("comment", comment="row 3")
+        rec.flush(timeout=30)
+        second = ol.load_trace(path)
+    assert first.partial and list(first.events["comment"]) == ["row 0", "row 1", "row 2"]
+    assert second.partial and list(second.events["comment"]) == ["row 0", "row 1", "row 2", "row 3"]
+    final = ol.load_trace(path)
+    assert not final.partial and list(final.events["seq"]) == [0, 1, 2, 3]
+    rec.flush()  # closed: everything is written, nothing to wait for
+
+
+def test_flush_from_several_threads_at_once(tmp_path: Path) -> None:
+    """Concurrent flush() calls each return once their own rows are on disk."""
+    path = tmp_path / "run.parquet"
+    with ol.Recorder(path, flush_interval=3600) as rec:
+
+        def emit_and_flush(thread: int) -> int:
+            for n in range(50):
+                rec.emit("comment", comment=f"{thread}-{n}")
+            rec.flush(timeout=30)
+            return len(ol.load_trace(path).events)
+
+        with ThreadPoolExecutor(4) as pool:
+            seen = list(pool.map(emit_and_flush, range(4)))
+    assert all(count >= 50 for count in seen)
+    assert len(ol.load_trace(path).events) == 200
+
+
+def test_flush_times_out_and_reports_a_failed_writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flush(timeout) raises TimeoutError while the writer is stuck, and the writer's error once it fails."""
+    release = threading.Event()
+
+    def stuck(self: ol.Recorder, rows: list[dict[str, Any]]) -> None:
+        release.wait(30)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ol.Recorder, "_write_part", stuck)
+    rec = ol.Recorder(tmp_path / "run.parquet", flush_interval=3600)
+    rec.emit("comment", comment="row 0")
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"not written after 0\.2 s"):
+        rec.flush(timeout=0.2)
+    assert time.monotonic() - started < 5
+    release.set()
+    with pytest.raises(RuntimeError, match="the trace writer failed") as failed:
+        rec.flush(timeout=30)
+    assert isinstance(failed.value.__cause__, OSError)
+    with pytest.raises(RuntimeError, match="the parts are kept"):
+        rec.close()
