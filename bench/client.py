@@ -200,8 +200,18 @@ class Batch:
     bad: list[str] = field(default_factory=list)
 
 
-async def run_batch(episode: Episode, episodes: int, concurrency: int, first: int = 0) -> Batch:
-    """Run `episodes` episodes, `concurrency` at a time; time the batch (wall and CPU)."""
+async def run_batch(
+    episode: Episode,
+    episodes: int,
+    concurrency: int,
+    first: int = 0,
+    drain: Callable[[], Awaitable[None]] | None = None,
+) -> Batch:
+    """Run `episodes` episodes, `concurrency` at a time; time the batch (wall and CPU).
+
+    `drain`, if given, is awaited after the last episode, inside the timed window (the recording
+    benchmark waits there until the recorder has written every row of the batch).
+    """
     numbers = iter(range(first, first + episodes))
     bad: list[str] = []
 
@@ -215,6 +225,8 @@ async def run_batch(episode: Episode, episodes: int, concurrency: int, first: in
     gc.collect()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     await asyncio.gather(*(lane() for _ in range(concurrency)))
+    if drain is not None:
+        await drain()
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     return Batch(episodes, wall, cpu, bad)
 
