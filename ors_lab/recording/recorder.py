@@ -62,11 +62,7 @@ HEADER_SETS = 1_024  # header lists kept with their JSON text: a server answers 
 BODIES = 1_024  # request bodies kept with what they name: a run sends the same few /create and /call bodies again
 HEADER_ITEMS = 4_096  # redacted header items kept: a client sends the same few headers again and again
 RAW_HEADERS = "\0raw_headers"
-"""The field that holds ``httpx2.Headers`` as ``emit`` took them, in place of ``headers``: their raw
-``(name, value)`` byte pairs, as a tuple. The header object, with its list and a tuple per header,
-would stay tracked by the garbage collector while it waits in the queue, and thousands of them
-make the client's collections several times as frequent; tuples of bytes are untracked by the
-next collection."""
+"""The field that holds ``httpx2.Headers`` as ``emit`` took them (see ``_joined``), in place of ``headers``."""
 
 ENRICHED = ("layer", *SESSION_COLUMNS, "tool", "input", "url", "headers", "body")
 """The columns the writer computes row by row: layer, context, redaction, JSON text."""
@@ -78,7 +74,6 @@ ENRICHED_FIELDS = [SCHEMA.field(name) for name in ENRICHED]
 WALL = SCHEMA.field("wall").type
 NO_CONTEXT: tuple[Any, ...] = (None,) * len(SESSION_COLUMNS)
 NO_CALL: tuple[str | None, str | None] = (None, None)
-RawHeaders = tuple[tuple[bytes, bytes], ...]
 _monotonic_ns = time.monotonic_ns  # emit runs per event: one global lookup, not a global and an attribute
 
 
@@ -153,8 +148,8 @@ class Recorder:
         self._sessions: dict[str, tuple[Any, ...]] = {}  # session id -> its SESSION_COLUMNS values
         self._urls: dict[str, tuple[str, bool]] = {}  # URL -> redacted, is a /create: a run asks the same few URLs
         self._calls: dict[str | None, dict[int, tuple[str | None, str | None]]] = {}  # session -> call -> tool, input
-        self._header_sets: dict[RawHeaders, str] = {}  # raw headers -> JSON text
-        self._header_items: dict[tuple[bytes, bytes], tuple[str, str]] = {}  # (name, value) -> (name, JSON member)
+        self._header_sets: dict[bytes, str] = {}  # _joined(raw headers) -> JSON text
+        self._header_items: dict[bytes, tuple[str, str]] = {}  # b"name\0value" -> (name, JSON member)
         self._bodies: dict[tuple[Any, bytes | None], tuple[Any, ...]] = {}  # (parser, request body) -> parsed
         self._writer = threading.Thread(target=self._run_writer, name="ors-lab-recorder", daemon=True)
         self._writer.start()
@@ -170,7 +165,10 @@ class Recorder:
         fields["t_ns"] = _monotonic_ns() - self._t0
         fields["kind"] = kind
         if "headers" in fields and isinstance(fields["headers"], httpx2.Headers):
-            fields[RAW_HEADERS] = tuple(fields.pop("headers").raw)
+            raw = _joined(fields["headers"].raw)
+            if raw is not None:
+                del fields["headers"]
+                fields[RAW_HEADERS] = raw
         with self._lock:
             if self._closing:  # set before _closed, and never unset
                 raise RuntimeError(f"{self!r} is closed")
@@ -406,21 +404,22 @@ class Recorder:
         items = _decoded(raw) if raw is not None else _items(headers)
         return _json(self.redactor.header_items(items))
 
-    def _raw_headers_json(self, raw: RawHeaders) -> str:
-        """``_headers_json`` of the raw headers emit took: from caches of header lists and of items."""
+    def _raw_headers_json(self, raw: bytes) -> str:
+        """``_headers_json`` of the headers ``_joined`` made ``raw``: from caches of lists and of items."""
         text = self._header_sets.get(raw)
         if text is not None:
             return text
         cache = self._header_items
         names: set[str] = set()
         members: list[str] = []
-        for item in raw:
+        for item in raw.split(b"\n"):
             known = cache.get(item)
             if known is None:
                 known = self._header_item(item)
             name, member = known
             if name in names:  # a repeated name: header_items joins the values
-                text = _ENCODER.encode(self.redactor.header_items(_decoded(raw)))
+                pairs = [each.partition(b"\0")[::2] for each in raw.split(b"\n")]
+                text = _ENCODER.encode(self.redactor.header_items(_decoded(pairs)))
                 break
             names.add(name)
             members.append(member)
@@ -431,9 +430,10 @@ class Recorder:
         self._header_sets[raw] = text
         return text
 
-    def _header_item(self, item: tuple[bytes, bytes]) -> tuple[str, str]:
-        """One raw header's lower-case name and ``"name":"value"`` JSON member, redacted; cached."""
-        ((key, redacted),) = self.redactor.header_items(_decoded([item])).items()
+    def _header_item(self, item: bytes) -> tuple[str, str]:
+        """One ``b"name\\0value"``'s lower-case name and ``"name":"value"`` JSON member, redacted; cached."""
+        name, _, value = item.partition(b"\0")
+        ((key, redacted),) = self.redactor.header_items(_decoded([(name, value)])).items()
         if len(self._header_items) >= HEADER_ITEMS:
             self._header_items.clear()
         known = self._header_items[item] = (key, f"{_ENCODER.encode(key)}:{_ENCODER.encode(redacted)}")
@@ -569,6 +569,19 @@ def _session_of_create(body: bytes | None) -> tuple[Any, ...]:
     if not isinstance(value, dict):
         return NO_CONTEXT
     return (value.get("env_name"), value.get("split"), value.get("index"), _json(value.get("task_spec")))
+
+
+def _joined(raw: list[tuple[bytes, bytes]]) -> bytes | None:
+    """``b"name\\0value\\nname\\0value..."``, or None if a name or value holds a NUL or a newline.
+
+    ``emit`` queues ``httpx2.Headers`` this way: the header object, its list and its tuple per
+    header are GC-tracked, and thousands of them waiting in the queue make the client's garbage
+    collections several times as frequent. The writer redacts these bytes as it would the object.
+    """
+    joined = b"\n".join(map(b"\0".join, raw))
+    if raw and joined.count(b"\0") == len(raw) and joined.count(b"\n") == len(raw) - 1:
+        return joined
+    return None
 
 
 def _decoded(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
