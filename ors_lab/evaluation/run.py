@@ -197,13 +197,11 @@ def _open_recorder(
         return None, False, {}
     from ors_lab.recording.recorder import Recorder, parts_dir
 
-    if isinstance(record, Recorder):  # the caller's: it may already hold episodes of this run
-        exists = record.path.is_file() or parts_dir(record.path).is_dir()
-        return record, False, finished_records(record.path, environment, split) if exists and resume else {}
-    path = Path(record)
+    own = not isinstance(record, Recorder)  # the caller's may already hold episodes of this run
+    path = Path(record) if own else record.path
     exists = path.is_file() or parts_dir(path).is_dir()
     done = finished_records(path, environment, split) if exists and resume else {}
-    return Recorder(path, append=exists and resume), True, done
+    return (Recorder(path, append=exists and resume) if own else record), own, done
 
 
 def finished_records(

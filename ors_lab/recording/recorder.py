@@ -412,13 +412,14 @@ class Recorder:
         cache = self._header_items
         names: set[str] = set()
         members: list[str] = []
-        for item in raw.split(b"\n"):
+        items = raw.split(b"\n")
+        for item in items:
             known = cache.get(item)
             if known is None:
                 known = self._header_item(item)
             name, member = known
             if name in names:  # a repeated name: header_items joins the values
-                pairs = [each.partition(b"\0")[::2] for each in raw.split(b"\n")]
+                pairs = [each.partition(b"\0")[::2] for each in items]
                 text = _ENCODER.encode(self.redactor.header_items(_decoded(pairs)))
                 break
             names.add(name)

@@ -88,14 +88,14 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
                     return self._mismatch(what, f"the trace holds no finished {where} to replay", [])
                 live = self._live[episode.session.sid] = _Live(recorded, self.recording.sessions.get(recorded, []))
             pending = [e for e in live.exchanges if not e.played]
-            wanted = _body_value(body)
             if not pending:
                 return self._mismatch(what, "the recorded episode made no more requests", [])
             expected = pending[0]
             if expected.method != method or expected.path != path:
                 return self._mismatch(what, f"the next recorded request is {expected.method} {expected.path}", pending)
-            if _body_value(expected.body) != wanted:
-                return self._mismatch(what, _difference(wanted, _body_value(expected.body), "body"), pending)
+            wanted, recorded_body = _body_value(body), _body_value(expected.body)
+            if recorded_body != wanted:
+                return self._mismatch(what, _difference(wanted, recorded_body, "body"), pending)
             expected.played += 1
         return _play(expected), self._broken.get(expected.seq)
 
