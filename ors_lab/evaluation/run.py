@@ -198,6 +198,8 @@ def _open_recorder(
     from ors_lab.recording.recorder import Recorder, parts_dir
 
     own = not isinstance(record, Recorder)  # the caller's may already hold episodes of this run
+    if not own and resume:
+        record.flush()  # its rows still in memory are episodes to skip too
     path = Path(record) if own else record.path
     exists = path.is_file() or parts_dir(path).is_dir()
     done = finished_records(path, environment, split) if exists and resume else {}

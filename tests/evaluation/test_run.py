@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from ors_lab import AsyncClient, Client, Environment, load_trace
+from ors_lab import AsyncClient, Client, Environment, Recorder, load_trace
 from ors_lab.agents.events import AgentEvent
 from ors_lab.agents.policy import Observation, ToolCall
 from ors_lab.demo.agent import DemoAgent
@@ -143,8 +143,9 @@ def test_a_failing_episode_is_recorded_and_the_run_goes_on(lab: Environment, tmp
     assert list(failed["finish_reason"]) == ["error", "error"]
     others = episodes[episodes["task_index"] != 1]
     assert others["error"].isna().all()
-    assert list(others["reward"]) == [expected_reward("train", i, r) for i, r in zip(others["task_index"],
-                                                                                     others["rollout"], strict=True)]
+    assert list(others["reward"]) == [
+        expected_reward("train", i, r) for i, r in zip(others["task_index"], others["rollout"], strict=True)
+    ]
     assert list(result.errors["error_type"]) == ["ToolError", "ToolError"]
     assert not _unclosed(path)
     errors = load_trace(path).events
@@ -264,6 +265,26 @@ def test_resume_skips_finished_pairs_and_reruns_failed_ones(ors_sdk_server: Serv
     assert second.episodes["error"].isna().all()
     # the trace keeps the failed attempt, and one finished episode per pair
     assert finished_records(path, "lab", "train").keys() == {("lab", "train", i, 0) for i in range(3)}
+
+
+def test_resume_sees_every_episode_a_callers_recorder_still_holds(
+    ors_sdk_server: ServerProcess, tmp_path: Path
+) -> None:
+    """With the caller's Recorder (rows not yet written: an hour-long flush interval), resume skips what it ran."""
+    calls: list[tuple[int, int]] = []
+
+    def counted(obs: Observation) -> ToolCall | None:
+        assert obs.index is not None
+        calls.append((obs.index, obs.rollout))
+        return lab_policy(obs)
+
+    with Client(ors_sdk_server.url) as client, Recorder(tmp_path / "run.parquet", flush_interval=3600) as rec:
+        lab = client.environment("lab")
+        first = evaluate(lab, counted, split="train", tasks=2, record=rec, progress=False)
+        calls.clear()
+        second = evaluate(lab, counted, split="train", tasks=2, record=rec, progress=False)
+    assert len(first) == 2 and second.resumed == 2 and calls == []
+    assert list(second.episodes["reward"]) == list(first.episodes["reward"])
 
 
 def test_resume_false_refuses_an_existing_trace(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
