@@ -380,3 +380,41 @@ def test_flush_times_out_and_reports_a_failed_writer(tmp_path: Path, monkeypatch
     assert isinstance(failed.value.__cause__, OSError)
     with pytest.raises(RuntimeError, match="the parts are kept"):
         rec.close()
+
+
+def test_headers_are_recorded_as_the_client_held_them(tmp_path: Path) -> None:
+    """httpx2.Headers become the JSON of their redacted items: names lower-cased, a repeated name's
+    values joined, a secret replaced, bytes beyond ASCII kept, the same headers the same each time."""
+    path = tmp_path / "run.parquet"
+    raw = [
+        (b"Content-Type", b"text/event-stream"),
+        (b"Set-Cookie", b"a=1"),
+        (b"set-cookie", b"b=2"),
+        (b"Authorization", b"Bearer s3cr3t-token"),
+        (b"X-Name", "caf\u00e9".encode("latin-1")),
+    ]
+    single = [(b"Server", b"uvicorn"), (b"X-Session-ID", b"s1")]
+    with ol.Recorder(path) as rec:
+        for headers in (raw, single, single, raw):
+            rec.emit("response", session_id="s1", status=200, headers=httpx2.Headers(headers))
+    recorded = [json.loads(text) for text in ol.load_trace(path).table["headers"].to_pylist()]
+    expected_raw = {
+        "content-type": "text/event-stream",
+        "set-cookie": "<redacted>, <redacted>",
+        "authorization": "<redacted>",
+        "x-name": "caf\u00e9",
+    }
+    plain = {"server": "uvicorn", "x-session-id": "s1"}
+    assert recorded == [expected_raw, plain, plain, expected_raw]
+    assert b"s3cr3t-token" not in path.read_bytes()
+
+
+def test_headers_of_another_type_fail_clearly(tmp_path: Path) -> None:
+    """Headers given as bytes are not a form the recorder knows: the writer's error says which forms are."""
+    rec = ol.Recorder(tmp_path / "run.parquet")
+    rec.emit("response", status=200, headers=b"content-type: text/plain")
+    with pytest.raises(RuntimeError, match="the trace writer failed") as failed:
+        rec.flush(timeout=30)
+    assert "httpx2.Headers, a mapping, (name, value) pairs or JSON text" in str(failed.value.__cause__)
+    with pytest.raises(RuntimeError, match="the parts are kept"):
+        rec.close()
