@@ -102,7 +102,7 @@ async def overhead_worker(args: argparse.Namespace) -> dict[str, Any]:
     recorder = Recorder(path) if args.mode == "recorded" else None
     async with quiz_episodes(args.url, recorder) as episode:
         warm = await run_batch(episode, args.warmup, args.concurrency)
-        # The process's first Parquet write costs pyarrow about 0.3 s of CPU once; let it land here.
+        # The process's first part write sets up pyarrow's IPC writer once; let it land here.
         if recorder is not None:
             for _ in range(60):
                 if any(recorder.parts.glob(PART_GLOB)):

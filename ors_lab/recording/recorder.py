@@ -7,12 +7,15 @@ How a trace is written, and why it survives a crash:
   columns, with secrets redacted first: it fills in each row's context and redacts its URL,
   headers and body in one pass over the rows, and the other columns go to Arrow as emitted.
 - Every ``flush_interval`` seconds (0.5 s by default), whenever ``part_rows`` rows are waiting,
-  and when ``flush()`` asks, the writer writes them as a new Parquet file
-  ``PATH.parts/part-NNNNNNNNN.parquet``: it writes a hidden temporary file and renames it into
-  place, so a part is either whole or absent.
+  and when ``flush()`` asks, the writer writes them as a new Arrow IPC file
+  ``PATH.parts/part-NNNNNNNNN.arrow``: it writes a hidden temporary file and renames it into
+  place, so a part is either whole or absent. A part is the table as it is in memory, neither
+  encoded nor compressed: a quarter of the writer's CPU of a Parquet part, which is the client's
+  CPU (the writer shares its GIL and its cores).
   A process killed at any moment therefore leaves every event recorded up to about one second
-  before the kill readable, as plain Parquet files.
-- ``close()`` compacts the parts, in order, into the single file ``PATH`` and removes the parts.
+  before the kill readable (``load_trace`` reads the parts; ``Recorder(PATH, append=True).close()``
+  compacts them).
+- ``close()`` compacts the parts, in order, into the single Parquet file ``PATH`` and removes them.
 - Memory stays bounded: the writer takes at most ``part_rows`` rows at a time, and when it falls
   ``2 * part_rows`` rows behind, ``emit`` waits.
 
@@ -52,9 +55,10 @@ from ors_lab.recording.schema import (
     SCHEMA_VERSION,
 )
 
-__all__ = ["Recorder", "parts_dir"]
+__all__ = ["Recorder", "parts_dir", "read_part"]
 
-PART_GLOB = "part-*.parquet"
+PART_GLOB = "part-*"  # part-NNNNNNNNN.arrow, and .parquet: a compacted trace appended to
+PART = ".arrow"
 SESSION_COLUMNS = ("environment", "split", "task_index", "task")
 COMPACT_ROWS = 16_384
 CONVERT_ROWS = 1_024
@@ -73,12 +77,32 @@ ENRICHED_FIELDS = [SCHEMA.field(name) for name in ENRICHED]
 WALL = SCHEMA.field("wall").type
 NO_CONTEXT: tuple[Any, ...] = (None,) * len(SESSION_COLUMNS)
 NO_CALL: tuple[str | None, str | None] = (None, None)
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(use_threads=False)  # no pool threads taking the cores from the client
 _monotonic_ns = time.monotonic_ns  # emit runs per event: one global lookup, not a global and an attribute
 
 
 def parts_dir(path: Path) -> Path:
     """Where the parts of the trace at ``path`` live while it is being written."""
     return path.with_name(path.name + ".parts")
+
+
+def read_part(path: Path) -> pa.Table:
+    """One part of an unfinished trace (an Arrow IPC ``.arrow`` file, or a ``.parquet`` one), as written."""
+    if path.suffix == PART:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_file(source).read_all()
+    return pq.read_table(path)
+
+
+def _part_schema(path: Path) -> pa.Schema:
+    if path.suffix == PART:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_file(source).schema
+    return pq.read_schema(path)
+
+
+def _format(path: Path) -> str:
+    return "Arrow IPC" if path.suffix == PART else "Parquet"
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)  # json.dumps makes one per call
@@ -235,12 +259,11 @@ class Recorder:
 
     def _write_part(self, rows: list[dict[str, Any]]) -> None:
         table = self._table(rows)
-        name = f"part-{self._part_index:09d}.parquet"
+        name = f"part-{self._part_index:09d}{PART}"
         self._part_index += 1
         tmp = self.parts / f".{name}.tmp"
-        # no dictionaries and no column statistics in a part (a third of its write): the compacted
-        # file is written anew, with both, at close
-        pq.write_table(table, tmp, compression=self.compression, use_dictionary=False, write_statistics=False)
+        with pa.ipc.new_file(tmp, table.schema, options=IPC_OPTIONS) as writer:
+            writer.write_table(table)
         os.replace(tmp, self.parts / name)
 
     def _metadata(self, partial: bool) -> dict[bytes, bytes]:
@@ -459,7 +482,7 @@ class Recorder:
             pending: list[pa.Table] = []
             rows = 0
             for part in sorted(self.parts.glob(PART_GLOB)):
-                table = pq.read_table(part, schema=SCHEMA)
+                table = read_part(part)
                 pending.append(table)
                 rows += table.num_rows
                 if rows >= COMPACT_ROWS:
@@ -504,7 +527,7 @@ def _reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
         if existing:
             raise FileExistsError(f"{path} is a finished trace, yet {parts} holds parts too; remove one of them")
         _check_trace(path)
-        target = parts / "part-000000000.parquet"
+        target = parts / "part-000000000.parquet"  # a Parquet part among the Arrow ones: read_part reads both
         os.replace(path, target)
         existing = [target]
     if not existing:
@@ -512,11 +535,11 @@ def _reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
     last_seq, last_ns, servers = -1, -1, set()
     for part in existing:
         _check_trace(part)
-        table = pq.read_table(part, columns=["seq", "t_ns"])
+        table = read_part(part).select(["seq", "t_ns"])
         if table.num_rows:
             last_seq = max(last_seq, int(pc.max(table["seq"]).as_py()))
             last_ns = max(last_ns, int(pc.max(table["t_ns"]).as_py()))
-    metadata = pq.read_schema(existing[-1]).metadata or {}
+    metadata = _part_schema(existing[-1]).metadata or {}
     servers = set(json.loads(metadata.get(METADATA_SERVERS, b"[]")))
     return int(existing[-1].name[5:14]) + 1, last_seq + 1, last_ns + 1, servers
 
@@ -526,9 +549,9 @@ def _check_trace(path: Path) -> None:
     from ors_lab.protocol.errors import TraceFormatError
 
     try:
-        metadata = pq.read_schema(path).metadata or {}
+        metadata = _part_schema(path).metadata or {}
     except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(f"cannot append to {path}: it is not a readable Parquet file ({exc})") from exc
+        raise TraceFormatError(f"cannot append to {path}: it is not a readable {_format(path)} file ({exc})") from exc
     version = metadata.get(METADATA_SCHEMA_VERSION, b"").decode()
     if version != SCHEMA_VERSION:
         raise TraceFormatError(

@@ -1,6 +1,7 @@
 """Reading traces back: ``load_trace(path)`` → ``Trace`` with its DataFrames.
 
-A trace is plain Parquet, readable by DuckDB, Polars or pandas without ors_lab; this module adds
+A trace is plain Parquet, readable by DuckDB, Polars or pandas without ors_lab (the parts of an
+unfinished one are Arrow IPC files, see ``recorder``); this module adds
 the checks (schema version, columns) and the derived tables: ``events`` (one row per event),
 ``calls`` (one per tool call), ``sessions``, ``steps`` and ``episodes`` (one per session). Their
 columns and dtypes are declared in ``ors_lab.recording.frames``.
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ors_lab.protocol.errors import TraceFormatError
-from ors_lab.recording.recorder import PART_GLOB, parts_dir
+from ors_lab.recording.recorder import PART, PART_GLOB, parts_dir, read_part
 from ors_lab.recording.schema import (
     METADATA_CREATED,
     METADATA_RUN_ID,
@@ -108,7 +109,7 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         table, partial = _read(path), False
     elif parts.is_dir():
         files = sorted(parts.glob(PART_GLOB))
-        tables = [_read(file) for file in files]
+        tables = [_read(file, part=True) for file in files]
         # each part's metadata is the running one (servers seen so far): the last part's is whole
         table = (
             pa.concat_tables(tables).replace_schema_metadata(tables[-1].schema.metadata)
@@ -121,14 +122,16 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     return Trace(table, path=path, partial=partial)
 
 
-def _read(path: Path) -> pa.Table:
+def _read(path: Path, *, part: bool = False) -> pa.Table:
+    """A trace file, or (``part=True``) one part of an unfinished trace, checked and cast to the schema."""
+    kind = "Arrow IPC" if part and path.suffix == PART else "Parquet"
     try:
-        table = pq.read_table(path)
+        table = read_part(path) if part else pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(f"{path} is not a readable Parquet file: {exc}") from exc
+        raise TraceFormatError(f"{path} is not a readable {kind} file: {exc}") from exc
     version = (table.schema.metadata or {}).get(METADATA_SCHEMA_VERSION)
     if version is None:
-        raise TraceFormatError(f"{path} is Parquet but not an ors_lab trace (no schema version in its metadata)")
+        raise TraceFormatError(f"{path} is {kind} but not an ors_lab trace (no schema version in its metadata)")
     if version.decode() not in READABLE_VERSIONS:
         raise TraceFormatError(
             f"{path} has trace schema version {version.decode()}; this ors_lab reads versions "

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import pyarrow.parquet as pq
 import pytest
 
 import ors_lab as ol
 from ors_lab.agents.events import AGENT_EVENT_TYPES, AgentEvent
 from ors_lab.evaluation.result import EpisodeRecord
+from ors_lab.recording.recorder import read_part
 from tests.envs.common import EXPECTED, LAB_TASKS
 from tests.llm_server import API_KEY, MODEL, LLMServer, Streamed
 
@@ -118,8 +118,8 @@ def _wait_for_parts(parts: Path, episodes: int) -> dict[str, bytes]:
     """The raw bytes of every written part, once the parts hold all `episodes` episode rows."""
     deadline = time.monotonic() + 10
     while True:
-        files = sorted(parts.glob("part-*.parquet"))
-        kinds = [k for f in files for k in pq.read_table(f, columns=["kind"]).column("kind").to_pylist()]
+        files = sorted(parts.glob("part-*"))
+        kinds = [k for f in files for k in read_part(f).column("kind").to_pylist()]
         if kinds.count("episode") >= episodes or time.monotonic() > deadline:
             return {f.name: f.read_bytes() for f in files}
         time.sleep(0.02)

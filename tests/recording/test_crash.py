@@ -20,11 +20,10 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
-from ors_lab.recording import Trace, load_trace
-from ors_lab.recording.recorder import parts_dir
+from ors_lab.recording import Recorder, Trace, load_trace
+from ors_lab.recording.recorder import parts_dir, read_part
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -110,9 +109,9 @@ def _reports(stdout: str) -> list[tuple[int, float]]:
     return [(int(n), float(t)) for n, t in (line.split() for line in stdout.splitlines())]
 
 
-def _duckdb_rows(parts: Path) -> int:
+def _duckdb_rows(path: Path) -> int:
     with duckdb.connect() as con:
-        row = con.execute(f"SELECT count(*) FROM read_parquet('{parts}/*.parquet')").fetchone()
+        row = con.execute(f"SELECT count(*) FROM read_parquet('{path}')").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -152,23 +151,25 @@ def test_sigkill_leaves_a_readable_gap_free_partial_trace(tmp_path: Path, repeti
     )
 
     # Only whole parts count: every file is a numbered part or a hidden temporary one, and the
-    # trace is exactly the numbered parts, which DuckDB's glob reads the same.
+    # trace is exactly the numbered parts.
     parts = parts_dir(path)
     names = sorted(p.name for p in parts.iterdir())
-    numbered = [n for n in names if n.startswith("part-") and n.endswith(".parquet")]
-    assert all(n in numbered or (n.startswith(".part-") and n.endswith(".parquet.tmp")) for n in names), names
-    assert numbered == [f"part-{i:09d}.parquet" for i in range(len(numbered))]
-    assert rows == sum(pq.ParquetFile(parts / n).metadata.num_rows for n in numbered)
-    if not numbered:  # killed before the first part (DuckDB refuses a glob that matches nothing)
-        assert rows == 0
-        return
-    assert _duckdb_rows(parts) == rows
+    numbered = [n for n in names if n.startswith("part-") and n.endswith(".arrow")]
+    assert all(n in numbered or (n.startswith(".part-") and n.endswith(".arrow.tmp")) for n in names), names
+    assert numbered == [f"part-{i:09d}.arrow" for i in range(len(numbered))]
+    assert rows == sum(read_part(parts / n).num_rows for n in numbered)
 
     # A torn temporary part, as a kill in the middle of writing one leaves, is not picked up.
-    torn = parts / f".part-{len(numbered):09d}.parquet.tmp"
-    torn.write_bytes((parts / numbered[-1]).read_bytes()[:100])
+    if numbered:
+        torn = parts / f".part-{len(numbered):09d}.arrow.tmp"
+        torn.write_bytes((parts / numbered[-1]).read_bytes()[:100])
     assert len(load_trace(path)) == rows
-    assert _duckdb_rows(parts) == rows
+
+    # Appending nothing compacts the parts into the one Parquet file, which DuckDB reads whole.
+    Recorder(path, append=True).close()
+    assert not parts.exists()
+    assert _duckdb_rows(path) == rows
+    assert load_trace(path).table["seq"].to_pylist() == trace.table["seq"].to_pylist()
 
 
 def test_normal_close_leaves_one_complete_file(tmp_path: Path) -> None:

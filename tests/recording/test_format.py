@@ -18,8 +18,10 @@ import duckdb
 import pandas as pd
 import polars as pl
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from pyarrow import ipc
 
 import ors_lab
 from ors_lab.demo.env import guessing_tasks
@@ -274,18 +276,17 @@ def test_the_documented_partial_recipes_read_an_unclosed_recording(tmp_path: Pat
     try:
         for n in range(3):
             rec.emit("ping", session_id="s")
-            wait_for(lambda n=n: len(list(parts_dir(path).glob("part-*.parquet"))) > n)
+            wait_for(lambda n=n: len(list(parts_dir(path).glob("part-*.arrow"))) > n)
         parts = parts_dir(path)
-        assert duckdb.sql(f"select seq from read_parquet('{parts}/part-*.parquet') order by seq").fetchall() == [
-            (0,),
-            (1,),
-            (2,),
-        ]
-        assert pl.read_parquet(f"{parts}/part-*.parquet").sort("seq")["seq"].to_list() == [0, 1, 2]
-        assert pd.read_parquet(parts).sort_values("seq")["seq"].tolist() == [0, 1, 2]
+        (parts / ".part-000000009.arrow.tmp").write_bytes(b"half a part")  # what a kill mid-write leaves
+        recording = ds.dataset(parts, format="arrow")  # noqa: F841 (DuckDB finds it by its name)
+        assert duckdb.sql("SELECT seq FROM recording ORDER BY seq").fetchall() == [(0,), (1,), (2,)]
+        assert pl.read_ipc(f"{parts}/part-*.arrow").sort("seq")["seq"].to_list() == [0, 1, 2]
+        frames = map(pd.read_feather, sorted(parts.glob("part-*.arrow")))
+        assert pd.concat(frames).sort_values("seq")["seq"].tolist() == [0, 1, 2]
         trace = ors_lab.load_trace(path)
         assert trace.partial and trace.events["seq"].tolist() == [0, 1, 2]
-        assert pq.read_schema(parts / "part-000000000.parquet").metadata[b"ors_lab.partial"] == b"true"
+        assert ipc.open_file(parts / "part-000000000.arrow").schema.metadata[b"ors_lab.partial"] == b"true"
     finally:
         rec.close()
     assert not parts_dir(path).exists() and not ors_lab.load_trace(path).partial
@@ -297,9 +298,9 @@ def test_a_partial_trace_names_every_server_its_parts_saw(tmp_path: Path) -> Non
     rec = ors_lab.Recorder(path, flush_interval=0.02)
     try:
         rec.emit("request", method="GET", url="http://first.example:1/health")
-        wait_for(lambda: len(list(parts_dir(path).glob("part-*.parquet"))) == 1)
+        wait_for(lambda: len(list(parts_dir(path).glob("part-*.arrow"))) == 1)
         rec.emit("request", method="GET", url="http://second.example:2/health")
-        wait_for(lambda: len(list(parts_dir(path).glob("part-*.parquet"))) == 2)
+        wait_for(lambda: len(list(parts_dir(path).glob("part-*.arrow"))) == 2)
         assert ors_lab.load_trace(path).metadata["servers"] == ["http://first.example:1", "http://second.example:2"]
     finally:
         rec.close()

@@ -187,7 +187,7 @@ async def test_secrets_never_reach_a_file(reference_server: Any, tmp_path: Path)
                 names = (await session.call("secret_keys")).text
                 await session.call("step", {"value": 1})
                 await asyncio.sleep(0.3)  # let a part reach the disk while recording
-                secrets_seen.extend(p.read_bytes() for p in parts_dir(path).glob("*.parquet"))
+                secrets_seen.extend(p.read_bytes() for p in parts_dir(path).iterdir())
     assert names == ", ".join(sorted(SECRETS))  # the secrets did reach the environment
     assert secrets_seen, "no part was written while recording"
     files = [path.read_bytes(), *secrets_seen]
@@ -283,13 +283,27 @@ def test_append_adds_to_the_parts_of_a_killed_run(tmp_path: Path) -> None:
     proc.kill()
     proc.wait(timeout=30)
     proc.stdout.close()
-    (parts_dir(path) / ".part-000000099.parquet.tmp").write_bytes(b"half a part")
+    (parts_dir(path) / ".part-000000099.arrow.tmp").write_bytes(b"half a part")
     assert not path.exists()
     _write(path, 2, run_id="resumed", append=True)
     comments, seqs, _, runs = _comments(path)
     assert comments == ["row 0", "row 1", "row 2", "row 3", "row 0", "row 1"]
     assert seqs == list(range(6)) and runs == {"crashed", "resumed"}
     assert not ol.load_trace(path).partial
+
+
+def test_a_trace_appended_to_reads_while_it_records(tmp_path: Path) -> None:
+    """While appending, the parts are the old trace (Parquet) and the new run's (Arrow): load_trace reads both."""
+    path = tmp_path / "run.parquet"
+    _write(path, 2, run_id="first")
+    with ol.Recorder(path, run_id="second", append=True, flush_interval=3600) as rec:
+        rec.emit("comment", comment="row 2")
+        rec.flush()
+        suffixes = sorted(p.suffix for p in parts_dir(path).glob("part-*"))
+        partial = ol.load_trace(path)
+    assert suffixes == [".arrow", ".parquet"]
+    assert partial.partial and list(partial.events["comment"]) == ["row 0", "row 1", "row 2"]
+    assert list(partial.events["seq"]) == [0, 1, 2]
 
 
 def test_append_refuses_what_is_not_a_trace(tmp_path: Path) -> None:
@@ -329,7 +343,7 @@ def test_flush_makes_everything_emitted_so_far_readable(tmp_path: Path) -> None:
     with ol.Recorder(path, flush_interval=3600) as rec:
         for n in range(3):
             rec.emit("comment", comment=f"row {n}")
-        assert not list(parts_dir(path).glob("part-*.parquet"))
+        assert not list(parts_dir(path).glob("part-*"))
         rec.flush()
         first = ol.load_trace(path)
         rec.emit("comment", comment="row 3")
