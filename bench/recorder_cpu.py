@@ -4,10 +4,11 @@
     .venv/bin/python bench/recorder_cpu.py --episodes 600 --runs 9
 
 Emits the 29 rows per quiz episode that bench/recording.py's ``episode_events`` describes (headers
-as ``httpx2.Headers``, as our client passes them) through ``Recorder.emit``, and hands the writer
-parts of 100 episodes (about what it takes per 0.5 s flush in the overhead benchmark). Times, with
-``time.thread_time`` in this one thread, the ``emit`` calls (the event loop's share) and
-``_write_part`` (the writer thread's share: context, redaction, Arrow conversion, Parquet write).
+as ``httpx2.Headers``, as our client passes them) through ``Recorder.emit``, and does the writer's
+work for parts of 100 episodes (about what it takes per 0.5 s flush in the overhead benchmark).
+Times, with ``time.thread_time`` in this one thread, the ``emit`` calls (the event loop's share:
+stamping and queueing, and converting every ``CONVERT_ROWS`` rows: context, redaction, Arrow) and
+the writer's share (converting the rest of the queue, writing the part).
 Prints the fastest run's CPU microseconds per row and milliseconds per episode: CPU time, and the
 fastest of several runs, so that other load on the machine affects the figures little. What it
 does not see: the client's garbage collections, which rows waiting in the queue make more frequent.
@@ -48,7 +49,7 @@ def client_rows(episodes: int) -> list[tuple[str, dict[str, Any]]]:
 
 def run(rows: list[tuple[str, dict[str, Any]]], path: Path) -> tuple[float, float]:
     """CPU seconds of the emit calls and of the part writes, for all rows."""
-    rec = Recorder(path, flush_interval=3600, part_rows=10**9)  # the writer thread idles; parts are written here
+    rec = Recorder(path, flush_interval=3600, part_rows=10**9)  # the writer thread idles; its work is done here
     emit, part = rec.emit, ROWS_PER_EPISODE * PART_EPISODES
     emit_s = write_s = 0.0
     for start in range(0, len(rows), part):
@@ -56,8 +57,10 @@ def run(rows: list[tuple[str, dict[str, Any]]], path: Path) -> tuple[float, floa
         for kind, fields in rows[start : start + part]:
             emit(kind, **fields)
         t1 = time.thread_time()
-        queued, rec._queue = rec._queue, []
-        rec._write_part(queued)
+        with rec._converting:
+            rec._convert(yield_gil=False)
+            tables, rec._tables, rec._table_rows = rec._tables, [], 0
+        rec._write_part(tables, rec._metadata(partial=True))
         t2 = time.thread_time()
         emit_s, write_s = emit_s + t1 - t0, write_s + t2 - t1
     rec.close()
@@ -73,7 +76,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ors-lab-recorder-cpu-") as tmp:
         run(client_rows(PART_EPISODES), Path(tmp) / "warm-up.parquet")  # imports, pyarrow's first write
         emit_s, write_s = min((run(rows, Path(tmp) / f"run-{i}.parquet") for i in range(args.runs)), key=sum)
-    figures = {"emit (event loop)": emit_s, "_write_part (writer)": write_s, "both": emit_s + write_s}
+    figures = {"emit (event loop)": emit_s, "writer": write_s, "both": emit_s + write_s}
     for label, seconds in figures.items():
         print(f"{label:<22} {1e6 * seconds / len(rows):6.2f} us/row  {1e3 * seconds / args.episodes:6.3f} ms/episode")
 

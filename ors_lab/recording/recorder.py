@@ -2,22 +2,28 @@
 
 How a trace is written, and why it survives a crash:
 
-- ``emit`` only stamps the event (sequence number, monotonic nanoseconds since the run began) and
-  queues it (``httpx2.Headers`` packed as bytes); a writer thread turns queued rows into Arrow
-  columns, with secrets redacted first: it fills in each row's context and redacts its URL,
-  headers and body in one pass over the rows, and the other columns go to Arrow as emitted.
+- ``emit`` stamps the event (sequence number, monotonic nanoseconds since the run began) and
+  queues it (``httpx2.Headers`` packed as bytes). Every ``CONVERT_ROWS`` rows, the ``emit`` call
+  that fills the queue turns the queued rows into an Arrow table, with secrets redacted first: it
+  fills in each row's context and redacts its URL, headers and body in one pass over the rows,
+  and the other columns go to Arrow as emitted. The conversion is done in the emitting thread, not
+  in a thread of its own: it needs the GIL either way, and a third busy thread (the client, the
+  writer, and the server it talks to) is what this machine's two cores cannot spare: the server,
+  preempted by it or moved to the other core, slowed by a sixth in measured batches, where the
+  same work in the client's own thread left it as fast as without recording.
 - Every ``flush_interval`` seconds (0.5 s by default), whenever ``part_rows`` rows are waiting,
-  and when ``flush()`` asks, the writer writes them as a new Arrow IPC file
-  ``PATH.parts/part-NNNNNNNNN.arrow``: it writes a hidden temporary file and renames it into
-  place, so a part is either whole or absent. A part is the table as it is in memory, neither
-  encoded nor compressed: a quarter of the writer's CPU of a Parquet part, which is the client's
-  CPU (the writer shares its GIL and its cores).
+  and when ``flush()`` asks, the writer thread converts what is still queued and writes all the
+  converted rows as a new Arrow IPC file ``PATH.parts/part-NNNNNNNNN.arrow``: it writes a hidden
+  temporary file and renames it into place, so a part is either whole or absent. A part is the
+  table as it is in memory, neither encoded nor compressed: a quarter of the CPU of a Parquet part.
   A process killed at any moment therefore leaves every event recorded up to about one second
   before the kill readable (``load_trace`` reads the parts; ``Recorder(PATH, append=True).close()``
   compacts them).
 - ``close()`` compacts the parts, in order, into the single Parquet file ``PATH`` and removes them.
-- Memory stays bounded: the writer takes at most ``part_rows`` rows at a time, and when it falls
-  ``2 * part_rows`` rows behind, ``emit`` waits.
+- Memory stays bounded: when ``2 * part_rows`` rows are waiting (queued or converted but not yet
+  written), ``emit`` waits for the writer.
+- Rows are converted in the order they were emitted, one conversion at a time (``_converting``),
+  whichever thread does it: a row's context comes from the rows before it.
 
 ``load_trace(PATH)`` reads the compacted file, or, after a crash, the parts (``partial=True``).
 """
@@ -61,8 +67,8 @@ PART_GLOB = "part-*"  # part-NNNNNNNNN.arrow, and .parquet: a compacted trace ap
 PART = ".arrow"
 SESSION_COLUMNS = ("environment", "split", "task_index", "task")
 COMPACT_ROWS = 16_384
-CONVERT_ROWS = 1_024
-YIELD_ROWS = 128
+CONVERT_ROWS = 1_024  # emit converts this many queued rows at a time: about 5 ms of the emitting thread
+YIELD_ROWS = 128  # the writer thread, converting, hands the GIL to the emitting thread every this many rows
 HEADER_SETS = 1_024  # header lists kept with their JSON text: a server answers with the same headers again and again
 BODIES = 1_024  # request bodies kept with what they name: a run sends the same few /create and /call bodies again
 HEADER_ITEMS = 4_096  # redacted header items kept: a client sends the same few headers again and again
@@ -160,9 +166,12 @@ class Recorder:
         self._next_seq = first_seq  # the seq of the next row emit takes
         self._written_seq = first_seq  # every row before this seq is in a part on disk
         self._flushers = 0  # flush() calls waiting: the writer writes what is queued now
-        self._queue: list[dict[str, Any]] = []
+        self._queue: list[dict[str, Any]] = []  # emitted, not yet converted
+        self._tables: list[pa.Table] = []  # converted, not yet written
+        self._table_rows = 0  # rows in self._tables
         self._lock = threading.Lock()  # emit takes it directly: cheaper than entering the Condition
         self._cond = threading.Condition(self._lock)
+        self._converting = threading.Lock()  # one conversion at a time, in emit order
         self._closing = False
         self._closed = False
         self._error: BaseException | None = None
@@ -197,10 +206,20 @@ class Recorder:
             self._next_seq += 1
             queue = self._queue
             queue.append(fields)
-            if len(queue) >= self.part_rows:
-                self._cond.notify()
-                while len(self._queue) >= 2 * self.part_rows and self._error is None:
+            full = len(queue) >= CONVERT_ROWS
+            if full and len(queue) + self._table_rows >= 2 * self.part_rows:
+                self._cond.notify_all()
+                while len(self._queue) + self._table_rows >= 2 * self.part_rows and self._error is None:
                     self._cond.wait(0.1)  # the writer is behind: wait, so memory stays bounded
+        if full and self._converting.acquire(
+            blocking=False
+        ):  # another thread converting: it, or the writer, takes these
+            try:
+                self._convert(yield_gil=False)
+            except BaseException as exc:
+                self._fail(exc)
+            finally:
+                self._converting.release()
         if self._error is not None:
             raise RuntimeError(f"the trace writer failed: {self._error!r}") from self._error
 
@@ -230,41 +249,62 @@ class Recorder:
     # -- the writer thread -----------------------------------------------------------------------
 
     def _run_writer(self) -> None:
-        """Write a part every ``flush_interval`` seconds (sooner when ``part_rows`` rows wait)."""
+        """Write a part every ``flush_interval`` seconds (sooner when ``part_rows`` rows wait, or flush asks)."""
         try:
             last = time.monotonic()
             while True:
                 with self._cond:
-                    while not self._closing and len(self._queue) < self.part_rows:
+                    while not self._closing and len(self._queue) + self._table_rows < self.part_rows:
                         remaining = last + self.flush_interval - time.monotonic()
-                        if self._queue and (remaining <= 0 or self._flushers):
+                        if (self._queue or self._tables) and (remaining <= 0 or self._flushers):
                             break
                         self._cond.wait(remaining if remaining > 0 else self.flush_interval)
-                    rows = self._queue[: self.part_rows]
-                    del self._queue[: self.part_rows]
-                    done = self._closing and not self._queue
-                    self._cond.notify_all()
-                if rows:
-                    self._write_part(rows)
+                    done = self._closing  # emit refuses rows from now on: what is queued is all there is
+                with self._converting:
+                    self._convert(yield_gil=True)
+                    with self._lock:
+                        tables, self._tables, self._table_rows = self._tables, [], 0
+                        self._cond.notify_all()
+                    metadata = self._metadata(partial=True)  # the servers seen so far, as conversion leaves them
+                if tables:
+                    written = self._write_part(tables, metadata)
                     last = time.monotonic()
                     with self._cond:
-                        self._written_seq = rows[-1]["seq"] + 1
+                        self._written_seq = written
                         self._cond.notify_all()
                 if done:
                     return
         except BaseException as exc:  # surfaced by the next emit() and by close()
-            self._error = exc
-            with self._cond:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error = exc
+        with self._cond:
+            self._cond.notify_all()
+
+    def _convert(self, *, yield_gil: bool) -> None:
+        """Convert every queued row and add the table to those the writer writes next (hold ``_converting``)."""
+        with self._lock:
+            rows, self._queue = self._queue, []
+        if not rows:
+            return
+        table = self._table(rows, yield_gil=yield_gil)
+        with self._lock:
+            self._tables.append(table)
+            self._table_rows += len(rows)
+            if self._table_rows >= self.part_rows:
                 self._cond.notify_all()
 
-    def _write_part(self, rows: list[dict[str, Any]]) -> None:
-        table = self._table(rows)
+    def _write_part(self, tables: list[pa.Table], metadata: dict[bytes, bytes]) -> int:
+        """Write ``tables`` as the next part; return the seq after their last row."""
+        table = pa.concat_tables(tables).replace_schema_metadata(metadata)
         name = f"part-{self._part_index:09d}{PART}"
         self._part_index += 1
         tmp = self.parts / f".{name}.tmp"
         with pa.ipc.new_file(tmp, table.schema, options=IPC_OPTIONS) as writer:
             writer.write_table(table)
         os.replace(tmp, self.parts / name)
+        return int(table["seq"][-1].as_py()) + 1
 
     def _metadata(self, partial: bool) -> dict[bytes, bytes]:
         from ors_lab import __version__
@@ -278,18 +318,19 @@ class Recorder:
             METADATA_PARTIAL: b"true" if partial else b"false",
         }
 
-    def _table(self, rows: list[dict[str, Any]]) -> pa.Table:
+    def _table(self, rows: list[dict[str, Any]], *, yield_gil: bool) -> pa.Table:
         """Rows to an Arrow table: fill in context, redact, serialise nested values."""
-        # in slices: each conversion holds the GIL, and the client's event loop is waiting for it
-        tables = [self._slice(rows[start : start + CONVERT_ROWS]) for start in range(0, len(rows), CONVERT_ROWS)]
-        schema = SCHEMA.with_metadata(self._metadata(partial=True))  # after the rows: their servers included
-        if not tables:
-            return schema.empty_table()
-        return pa.concat_tables(tables).replace_schema_metadata(schema.metadata)
+        # in slices: each conversion holds the GIL, and in the writer thread the client's event
+        # loop is waiting for it
+        tables = [
+            self._slice(rows[start : start + CONVERT_ROWS], yield_gil=yield_gil)
+            for start in range(0, len(rows), CONVERT_ROWS)
+        ]
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
-    def _slice(self, rows: list[dict[str, Any]]) -> pa.Table:
+    def _slice(self, rows: list[dict[str, Any]], *, yield_gil: bool) -> pa.Table:
         """Up to CONVERT_ROWS rows as a table: ENRICHED columns from ``_enrich``, PLAIN ones as emitted."""
-        enriched = self._enrich(rows)
+        enriched = self._enrich(rows, yield_gil=yield_gil)
         try:
             arrays = dict(zip(PLAIN.names, pa.Table.from_pylist(rows, schema=PLAIN).columns, strict=True))
             for field, values in zip(ENRICHED_FIELDS, enriched, strict=True):
@@ -307,7 +348,7 @@ class Recorder:
         arrays["wall"] = pa.array(arrays["t_ns"].to_numpy() // 1000 + self._wall0_us, type=WALL)
         return pa.Table.from_arrays([arrays[name] for name in SCHEMA.names], schema=SCHEMA)
 
-    def _enrich(self, rows: list[dict[str, Any]]) -> list[list[Any]]:
+    def _enrich(self, rows: list[dict[str, Any]], *, yield_gil: bool) -> list[list[Any]]:
         """The ENRICHED columns of ``rows``; with user patterns, also redacts their data, comment and error."""
         redactor, patterns = self.redactor, self.redactor.patterns
         sessions, calls, urls = self._sessions, self._calls, self._urls
@@ -316,7 +357,7 @@ class Recorder:
         columns: list[list[Any]] = [[] for _ in ENRICHED]
         layers, environments, splits, indexes, tasks, tools, inputs, url_column, header_column, bodies = columns
         for start in range(0, len(rows), YIELD_ROWS):
-            if start:
+            if start and yield_gil:
                 time.sleep(0)  # hand the GIL to the client's event loop every ~0.5 ms, not every 5
             for row in rows[start : start + YIELD_ROWS]:
                 get = row.get

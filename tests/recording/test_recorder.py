@@ -21,7 +21,7 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.client.transport import AiohttpTransport
-from ors_lab.recording.recorder import parts_dir
+from ors_lab.recording.recorder import CONVERT_ROWS, parts_dir
 from tests.envs import common
 
 
@@ -377,7 +377,7 @@ def test_flush_times_out_and_reports_a_failed_writer(tmp_path: Path, monkeypatch
     """flush(timeout) raises TimeoutError while the writer is stuck, and the writer's error once it fails."""
     release = threading.Event()
 
-    def stuck(self: ol.Recorder, rows: list[dict[str, Any]]) -> None:
+    def stuck(self: ol.Recorder, tables: list[Any], metadata: dict[bytes, bytes]) -> int:
         release.wait(30)
         raise OSError("disk full")
 
@@ -432,3 +432,44 @@ def test_headers_of_another_type_fail_clearly(tmp_path: Path) -> None:
     assert "httpx2.Headers, a mapping, (name, value) pairs or JSON text" in str(failed.value.__cause__)
     with pytest.raises(RuntimeError, match="the parts are kept"):
         rec.close()
+
+
+def test_threads_emitting_at_once_keep_order_and_context(tmp_path: Path) -> None:
+    """Four threads emitting at once (their emits converting rows as they go): every row once, in seq
+    order, each with the context of its own session."""
+    path = tmp_path / "run.parquet"
+    per_thread = 3 * CONVERT_ROWS + 17
+
+    def emit_session(rec: ol.Recorder, n: int) -> None:
+        rec.emit("open", session_id=f"s{n}", environment=f"env{n}", split="test", task_index=n)
+        for i in range(per_thread):
+            rec.emit("event", session_id=f"s{n}", call=1, event="chunk", data=f"{n}:{i}")
+        rec.emit("close", session_id=f"s{n}")
+
+    with ol.Recorder(path) as rec, ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda n: emit_session(rec, n), range(4)))
+    table = ol.load_trace(path).table
+    assert table["seq"].to_pylist() == list(range(4 * (per_thread + 2)))
+    events = [row for row in table.to_pylist() if row["kind"] == "event"]
+    assert sorted(row["data"] for row in events) == sorted(f"{n}:{i}" for n in range(4) for i in range(per_thread))
+    for row in events:
+        n = int(row["data"].split(":")[0])
+        assert (row["session_id"], row["environment"], row["task_index"]) == (f"s{n}", f"env{n}", n)
+
+
+def test_a_value_the_schema_cannot_hold_fails_the_emit_that_converts_it(tmp_path: Path) -> None:
+    """A bad value is reported by the emit whose conversion meets it (with the column named), and
+    the rows converted before it are kept in the parts."""
+    rec = ol.Recorder(tmp_path / "run.parquet", flush_interval=3600)
+    for i in range(CONVERT_ROWS):
+        rec.emit("comment", comment=f"row {i}")
+    rec.flush()
+    rec.emit("response", status="not a number")
+    with pytest.raises(RuntimeError, match="the trace writer failed") as failed:
+        for i in range(CONVERT_ROWS):
+            rec.emit("comment", comment=f"after {i}")
+    assert "status" in str(failed.value.__cause__)
+    with pytest.raises(RuntimeError, match="the parts are kept"):
+        rec.close()
+    kept = ol.load_trace(tmp_path / "run.parquet")
+    assert kept.partial and len(kept) == CONVERT_ROWS
