@@ -79,6 +79,7 @@ STAMPED = ("run_id", "wall")
 """The columns the writer computes for a whole slice of rows at once."""
 PLAIN = pa.schema([field for field in SCHEMA if field.name not in ENRICHED and field.name not in STAMPED])
 """The columns that go to Arrow as emitted (``seq``, ``t_ns`` and ``kind`` are stamped by ``emit``)."""
+PLAIN_ROW = pa.struct(list(PLAIN))
 ENRICHED_FIELDS = [SCHEMA.field(name) for name in ENRICHED]
 WALL = SCHEMA.field("wall").type
 NO_CONTEXT: tuple[Any, ...] = (None,) * len(SESSION_COLUMNS)
@@ -332,7 +333,11 @@ class Recorder:
         """Up to CONVERT_ROWS rows as a table: ENRICHED columns from ``_enrich``, PLAIN ones as emitted."""
         enriched = self._enrich(rows, yield_gil=yield_gil)
         try:
-            arrays = dict(zip(PLAIN.names, pa.Table.from_pylist(rows, schema=PLAIN).columns, strict=True))
+            # as a struct array: Arrow reads each row once, every column from it, where
+            # Table.from_pylist reads every row once per column; the same work, but against the
+            # server that shares this machine's cores and caches it cost a third more time
+            plain = pa.RecordBatch.from_struct_array(pa.array(rows, type=PLAIN_ROW))
+            arrays = dict(zip(PLAIN.names, plain.columns, strict=True))
             for field, values in zip(ENRICHED_FIELDS, enriched, strict=True):
                 arrays[field.name] = pa.array(values, type=field.type)
         except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value of another type: convert column by column
