@@ -1,6 +1,6 @@
 """Recording benchmark: what recording costs the client, how fast the recorder writes, how fast traces load.
 
-    python bench/recording.py              # 3 overhead rounds (12 batches), 1M-event writes: about 2.5 minutes
+    python bench/recording.py              # 5 steady overhead rounds (20+ batches), 1M-event writes: 4-8 minutes
     python bench/recording.py --quick      # 1 round of small batches, 200k-event writes (a smoke test, noisy)
     python bench/recording.py --check      # exit 1 if a target is missed
 
@@ -560,7 +560,7 @@ def benchmark(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="python bench/recording.py")
-    parser.add_argument("--rounds", type=int, default=3, help="overhead rounds of 4 batches each (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="steady overhead rounds of 4 batches each (default 5)")
     parser.add_argument("--episodes", type=int, default=500, help="measured episodes per overhead batch (default 500)")
     parser.add_argument("--events", type=int, default=1_000_000, help="synthetic events per write run (default 1M)")
     parser.add_argument("--load-runs", type=int, default=5, help="timed runs of each way of loading (default 5)")
