@@ -212,9 +212,8 @@ class Recorder:
                 self._cond.notify_all()
                 while len(self._queue) + self._table_rows >= 2 * self.part_rows and self._error is None:
                     self._cond.wait(0.1)  # the writer is behind: wait, so memory stays bounded
-        if full and self._converting.acquire(
-            blocking=False
-        ):  # another thread converting: it, or the writer, takes these
+        # another thread converting: it, or the writer, takes these rows too
+        if full and self._converting.acquire(blocking=False):
             try:
                 self._convert(yield_gil=False)
             except BaseException as exc:
