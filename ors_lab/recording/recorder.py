@@ -7,10 +7,9 @@ How a trace is written, and why it survives a crash:
   that fills the queue turns the queued rows into an Arrow table, with secrets redacted first: it
   fills in each row's context and redacts its URL, headers and body in one pass over the rows,
   and the other columns go to Arrow as emitted. The conversion is done in the emitting thread, not
-  in a thread of its own: it needs the GIL either way, and a third busy thread (the client, the
-  writer, and the server it talks to) is what this machine's two cores cannot spare: the server,
-  preempted by it or moved to the other core, slowed by a sixth in measured batches, where the
-  same work in the client's own thread left it as fast as without recording.
+  in a thread of its own: it needs the GIL either way, and as a third busy thread (beside the
+  client's and the server's) it had the server preempted 40-150 times a second instead of 5-15 on
+  a two-core machine (see bench/README.md).
 - Every ``flush_interval`` seconds (0.5 s by default), whenever ``part_rows`` rows are waiting,
   and when ``flush()`` asks, the writer thread converts what is still queued and writes all the
   converted rows as a new Arrow IPC file ``PATH.parts/part-NNNNNNNNN.arrow``: it writes a hidden
