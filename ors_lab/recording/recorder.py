@@ -2,14 +2,14 @@
 
 How a trace is written, and why it survives a crash:
 
-- ``emit`` stamps the event (sequence number, monotonic nanoseconds since the run began) and
-  queues it (``httpx2.Headers`` packed as bytes). Every ``CONVERT_ROWS`` rows, the ``emit`` call
-  that fills the queue turns the queued rows into an Arrow table, with secrets redacted first: it
-  fills in each row's context and redacts its URL, headers and body in one pass over the rows,
-  and the other columns go to Arrow as emitted. The conversion is done in the emitting thread, not
-  in a thread of its own: it needs the GIL either way, and as a third busy thread (beside the
-  client's and the server's) it had the server preempted 40-150 times a second instead of 5-15 on
-  a two-core machine (see bench/README.md).
+- ``emit`` stamps the event (sequence number, monotonic nanoseconds since the run began), works
+  out its context and redacts it (``_enrich``: the session's task and the call's tool filled in,
+  secrets out of its URL, headers and body, into per-column lists) while the row is still in the
+  CPU's cache, and queues it. Every ``CONVERT_ROWS`` rows, the ``emit`` call that fills the queue
+  turns the queued rows into an Arrow table. Both happen in the emitting thread, not in a thread
+  of their own: they need the GIL either way, and as a third busy thread (beside the client's and
+  the server's) the work had the server preempted 40-150 times a second instead of 5-15 on a
+  two-core machine (see bench/README.md).
 - Every ``flush_interval`` seconds (0.5 s by default), whenever ``part_rows`` rows are waiting,
   and when ``flush()`` asks, the writer thread converts what is still queued and writes all the
   converted rows as a new Arrow IPC file ``PATH.parts/part-NNNNNNNNN.arrow``: it writes a hidden
@@ -21,8 +21,8 @@ How a trace is written, and why it survives a crash:
 - ``close()`` compacts the parts, in order, into the single Parquet file ``PATH`` and removes them.
 - Memory stays bounded: when ``2 * part_rows`` rows are waiting (queued or converted but not yet
   written), ``emit`` waits for the writer.
-- Rows are converted in the order they were emitted, one conversion at a time (``_converting``),
-  whichever thread does it: a row's context comes from the rows before it.
+- Rows are enriched in the order they are emitted (under the lock) and converted in that order,
+  one conversion at a time (``_converting``), whichever thread does it.
 
 ``load_trace(PATH)`` reads the compacted file, or, after a crash, the parts (``partial=True``).
 """
@@ -67,7 +67,6 @@ PART = ".arrow"
 SESSION_COLUMNS = ("environment", "split", "task_index", "task")
 COMPACT_ROWS = 16_384
 CONVERT_ROWS = 1_024  # emit converts this many queued rows at a time: about 5 ms of the emitting thread
-YIELD_ROWS = 128  # the writer thread, converting, hands the GIL to the emitting thread every this many rows
 HEADER_SETS = 1_024  # header lists kept with their JSON text: a server answers with the same headers again and again
 BODIES = 1_024  # request bodies kept with what they name: a run sends the same few /create and /call bodies again
 HEADER_ITEMS = 4_096  # redacted header items kept: a client sends the same few headers again and again
@@ -167,6 +166,7 @@ class Recorder:
         self._written_seq = first_seq  # every row before this seq is in a part on disk
         self._flushers = 0  # flush() calls waiting: the writer writes what is queued now
         self._queue: list[dict[str, Any]] = []  # emitted, not yet converted
+        self._enriched: list[list[Any]] = [[] for _ in ENRICHED]  # the queued rows' ENRICHED columns
         self._tables: list[pa.Table] = []  # converted, not yet written
         self._table_rows = 0  # rows in self._tables
         self._lock = threading.Lock()  # emit takes it directly: cheaper than entering the Condition
@@ -202,6 +202,7 @@ class Recorder:
         with self._lock:
             if self._closing:  # set before _closed, and never unset
                 raise RuntimeError(f"{self!r} is closed")
+            self._enrich(fields)  # raises for a row it cannot record, before the row takes a seq
             fields["seq"] = self._next_seq
             self._next_seq += 1
             queue = self._queue
@@ -214,7 +215,7 @@ class Recorder:
         # another thread converting: it, or the writer, takes these rows too
         if full and self._converting.acquire(blocking=False):
             try:
-                self._convert(yield_gil=False)
+                self._convert()
             except BaseException as exc:
                 self._fail(exc)
             finally:
@@ -260,11 +261,11 @@ class Recorder:
                         self._cond.wait(remaining if remaining > 0 else self.flush_interval)
                     done = self._closing  # emit refuses rows from now on: what is queued is all there is
                 with self._converting:
-                    self._convert(yield_gil=True)
+                    self._convert()
                     with self._lock:
                         tables, self._tables, self._table_rows = self._tables, [], 0
+                        metadata = self._metadata(partial=True)  # the servers seen so far (emit adds to them)
                         self._cond.notify_all()
-                    metadata = self._metadata(partial=True)  # the servers seen so far, as conversion leaves them
                 if tables:
                     written = self._write_part(tables, metadata)
                     last = time.monotonic()
@@ -281,13 +282,14 @@ class Recorder:
         with self._cond:
             self._cond.notify_all()
 
-    def _convert(self, *, yield_gil: bool) -> None:
+    def _convert(self) -> None:
         """Convert every queued row and add the table to those the writer writes next (hold ``_converting``)."""
         with self._lock:
             rows, self._queue = self._queue, []
+            enriched, self._enriched = self._enriched, [[] for _ in ENRICHED]
         if not rows:
             return
-        table = self._table(rows, yield_gil=yield_gil)
+        table = self._table(rows, enriched)
         with self._lock:
             self._tables.append(table)
             self._table_rows += len(rows)
@@ -317,23 +319,22 @@ class Recorder:
             METADATA_PARTIAL: b"true" if partial else b"false",
         }
 
-    def _table(self, rows: list[dict[str, Any]], *, yield_gil: bool) -> pa.Table:
-        """Rows to an Arrow table: fill in context, redact, serialise nested values."""
-        # in slices: each conversion holds the GIL, and in the writer thread the client's event
-        # loop is waiting for it
+    def _table(self, rows: list[dict[str, Any]], enriched: list[list[Any]]) -> pa.Table:
+        """Rows and their ENRICHED columns to an Arrow table, in slices (each holds the GIL throughout)."""
         tables = [
-            self._slice(rows[start : start + CONVERT_ROWS], yield_gil=yield_gil)
+            self._slice(
+                rows[start : start + CONVERT_ROWS], [column[start : start + CONVERT_ROWS] for column in enriched]
+            )
             for start in range(0, len(rows), CONVERT_ROWS)
         ]
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
-    def _slice(self, rows: list[dict[str, Any]], *, yield_gil: bool) -> pa.Table:
+    def _slice(self, rows: list[dict[str, Any]], enriched: list[list[Any]]) -> pa.Table:
         """Up to CONVERT_ROWS rows as a table: ENRICHED columns from ``_enrich``, PLAIN ones as emitted."""
-        enriched = self._enrich(rows, yield_gil=yield_gil)
         try:
             # as a struct array: Arrow reads each row once, every column from it, where
-            # Table.from_pylist reads every row once per column; the same work, but against the
-            # server that shares this machine's cores and caches it cost a third more time
+            # Table.from_pylist reads every row once per column; the same work, but beside the
+            # server that shares this machine's cores and caches it cost more time
             plain = pa.RecordBatch.from_struct_array(pa.array(rows, type=PLAIN_ROW))
             arrays = dict(zip(PLAIN.names, plain.columns, strict=True))
             for field, values in zip(ENRICHED_FIELDS, enriched, strict=True):
@@ -351,86 +352,86 @@ class Recorder:
         arrays["wall"] = pa.array(arrays["t_ns"].to_numpy() // 1000 + self._wall0_us, type=WALL)
         return pa.Table.from_arrays([arrays[name] for name in SCHEMA.names], schema=SCHEMA)
 
-    def _enrich(self, rows: list[dict[str, Any]], *, yield_gil: bool) -> list[list[Any]]:
-        """The ENRICHED columns of ``rows``; with user patterns, also redacts their data, comment and error."""
-        redactor, patterns = self.redactor, self.redactor.patterns
-        sessions, calls, urls = self._sessions, self._calls, self._urls
-        # one list per column, not a tuple per row: a tuple per row would be thousands of young
-        # GC-tracked objects, and each 700 of them start a garbage collection
-        columns: list[list[Any]] = [[] for _ in ENRICHED]
-        layers, environments, splits, indexes, tasks, tools, inputs, url_column, header_column, bodies = columns
-        for start in range(0, len(rows), YIELD_ROWS):
-            if start and yield_gil:
-                time.sleep(0)  # hand the GIL to the client's event loop every ~0.5 ms, not every 5
-            for row in rows[start : start + YIELD_ROWS]:
-                get = row.get
-                kind = row["kind"]
-                layer = row["layer"] if "layer" in row else KIND_LAYER.get(kind, "agent")
-                sid = get("session_id")
-                task = get("task")
-                if task is not None and not isinstance(task, str):
-                    task = _json(task)
-                environment, split, task_index = get("environment"), get("split"), get("task_index")
-                url, creates = get("url"), False
-                if url is not None:
-                    known = urls.get(url)
-                    if known is None:
-                        known = (redactor.url(url), is_create_url(str(url)))
-                        if len(urls) < 10_000:
-                            urls[url] = known
-                        self._servers.add(_origin(known[0]))
-                    url, creates = known
-                if sid is not None:
-                    if kind == "request" and creates:
-                        context = sessions[sid] = self._body_meaning(_session_of_create, get("body"))
-                    elif kind == "open":
-                        context = sessions[sid] = _merged(sessions.get(sid), (environment, split, task_index, task))
-                    else:
-                        context = sessions.get(sid, NO_CONTEXT)
-                    if environment is None:
-                        environment = context[0]
-                    if split is None:
-                        split = context[1]
-                    if task_index is None:
-                        task_index = context[2]
-                    if task is None:
-                        task = context[3]
-                    if kind == "close":  # nothing of the session follows its close: keep memory bounded
-                        sessions.pop(sid, None)
-                        calls.pop(sid, None)
-                call = get("call")
-                if call is not None:
-                    of_session = calls.get(sid)
-                    if of_session is None:
-                        of_session = calls[sid] = {}
-                    if kind == "request" and call not in of_session:
-                        of_session[call] = self._body_meaning(_tool_and_input, get("body"))
-                    tool, tool_input = of_session.get(call, NO_CALL)
-                    if "tool" in row:
-                        tool = row["tool"]
-                    if "input" in row:
-                        tool_input = row["input"]
-                else:
-                    tool, tool_input = get("tool"), get("input")
-                headers = get("headers")
-                if headers is not None and not isinstance(headers, str):
-                    headers = self._packed_json(headers) if isinstance(headers, bytes) else self._headers_json(headers)
-                body = get("body")
-                if body is not None:
-                    body = redactor.body(url or "", body)
-                if patterns:
-                    tool_input, task = self._redact_texts(row, tool_input, task)
-                layers.append(layer)
-                environments.append(environment)
-                splits.append(split)
-                indexes.append(task_index)
-                tasks.append(task)
-                tools.append(tool)
-                inputs.append(tool_input)
-                url_column.append(url)
-                header_column.append(headers)
-                bodies.append(body)
-        return columns
+    def _enrich(self, row: dict[str, Any]) -> None:
+        """Add ``row``'s ENRICHED values to the queued rows' columns; with user patterns, also redacts
+        its data, comment and error (in place).
+
+        ``emit`` calls it under the lock, in emit order, while the row is still in the CPU's cache:
+        the same work on a batch of rows emitted up to a fifth of a second before cost the client a
+        third more beside a busy server. What can fail (the URL, headers and body) comes before what
+        changes the recorder's state (a session's context, a call's tool), so a row it refuses
+        leaves nothing behind. One list per column, not a tuple per row: thousands of queued tuples
+        would be young GC-tracked objects, and each 700 of them start a garbage collection.
+        """
+        redactor, sessions, calls = self.redactor, self._sessions, self._calls
+        get = row.get
+        kind = row["kind"]
+        url, creates = get("url"), False
+        if url is not None:
+            known = self._urls.get(url)
+            if known is None:
+                known = (redactor.url(url), is_create_url(str(url)))
+                if len(self._urls) < 10_000:
+                    self._urls[url] = known
+                self._servers.add(_origin(known[0]))
+            url, creates = known
+        headers = get("headers")
+        if headers is not None and not isinstance(headers, str):
+            headers = self._packed_json(headers) if isinstance(headers, bytes) else self._headers_json(headers)
+        body = get("body")
+        if body is not None:
+            body = redactor.body(url or "", body)
+        layer = row["layer"] if "layer" in row else KIND_LAYER.get(kind, "agent")
+        sid = get("session_id")
+        task = get("task")
+        if task is not None and not isinstance(task, str):
+            task = _json(task)
+        environment, split, task_index = get("environment"), get("split"), get("task_index")
+        if sid is not None:
+            if kind == "request" and creates:
+                context = sessions[sid] = self._body_meaning(_session_of_create, get("body"))
+            elif kind == "open":
+                context = sessions[sid] = _merged(sessions.get(sid), (environment, split, task_index, task))
+            else:
+                context = sessions.get(sid, NO_CONTEXT)
+            if environment is None:
+                environment = context[0]
+            if split is None:
+                split = context[1]
+            if task_index is None:
+                task_index = context[2]
+            if task is None:
+                task = context[3]
+            if kind == "close":  # nothing of the session follows its close: keep memory bounded
+                sessions.pop(sid, None)
+                calls.pop(sid, None)
+        call = get("call")
+        if call is not None:
+            of_session = calls.get(sid)
+            if of_session is None:
+                of_session = calls[sid] = {}
+            if kind == "request" and call not in of_session:
+                of_session[call] = self._body_meaning(_tool_and_input, get("body"))
+            tool, tool_input = of_session.get(call, NO_CALL)
+            if "tool" in row:
+                tool = row["tool"]
+            if "input" in row:
+                tool_input = row["input"]
+        else:
+            tool, tool_input = get("tool"), get("input")
+        if redactor.patterns:
+            tool_input, task = self._redact_texts(row, tool_input, task)
+        layers, environments, splits, indexes, tasks, tools, inputs, urls, header_column, bodies = self._enriched
+        layers.append(layer)
+        environments.append(environment)
+        splits.append(split)
+        indexes.append(task_index)
+        tasks.append(task)
+        tools.append(tool)
+        inputs.append(tool_input)
+        urls.append(url)
+        header_column.append(headers)
+        bodies.append(body)
 
     def _body_meaning(self, parse: Callable[[bytes | None], tuple[Any, ...]], body: bytes | None) -> tuple[Any, ...]:
         """``parse(body)`` (a /create body's context, a /call body's tool and input), cached by body."""
