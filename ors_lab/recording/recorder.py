@@ -91,12 +91,13 @@ def parts_dir(path: Path) -> Path:
     return path.with_name(path.name + ".parts")
 
 
-def read_part(path: Path) -> pa.Table:
+def read_part(path: Path, columns: list[str] | None = None) -> pa.Table:
     """One part of an unfinished trace (an Arrow IPC ``.arrow`` file, or a ``.parquet`` one), as written."""
     if path.suffix == PART:
         with pa.memory_map(str(path)) as source:
-            return pa.ipc.open_file(source).read_all()
-    return pq.read_table(path)
+            table = pa.ipc.open_file(source).read_all()  # memory-mapped: selecting columns copies nothing
+        return table if columns is None else table.select(columns)
+    return pq.read_table(path, columns=columns)  # a compacted trace appended to can be large: read only these
 
 
 def _part_schema(path: Path) -> pa.Schema:
@@ -106,7 +107,8 @@ def _part_schema(path: Path) -> pa.Schema:
     return pq.read_schema(path)
 
 
-def _format(path: Path) -> str:
+def part_format(path: Path) -> str:
+    """The file format of a part, by its name, for messages."""
     return "Arrow IPC" if path.suffix == PART else "Parquet"
 
 
@@ -571,7 +573,7 @@ def _reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
     if path.is_file():
         if existing:
             raise FileExistsError(f"{path} is a finished trace, yet {parts} holds parts too; remove one of them")
-        _check_trace(path)
+        _check_trace(path, part=False)
         target = parts / "part-000000000.parquet"  # a Parquet part among the Arrow ones: read_part reads both
         os.replace(path, target)
         existing = [target]
@@ -579,8 +581,8 @@ def _reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
         return 0, 0, 0, set()
     last_seq, last_ns, servers = -1, -1, set()
     for part in existing:
-        _check_trace(part)
-        table = read_part(part).select(["seq", "t_ns"])
+        _check_trace(part, part=True)
+        table = read_part(part, columns=["seq", "t_ns"])
         if table.num_rows:
             last_seq = max(last_seq, int(pc.max(table["seq"]).as_py()))
             last_ns = max(last_ns, int(pc.max(table["t_ns"]).as_py()))
@@ -589,14 +591,15 @@ def _reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
     return int(existing[-1].name[5:14]) + 1, last_seq + 1, last_ns + 1, servers
 
 
-def _check_trace(path: Path) -> None:
-    """Refuse to append to a file that is not a trace of this schema version."""
+def _check_trace(path: Path, *, part: bool) -> None:
+    """Refuse to append to a file (a compacted trace, whatever its name, or a part) not of this schema version."""
     from ors_lab.protocol.errors import TraceFormatError
 
     try:
-        metadata = _part_schema(path).metadata or {}
+        metadata = (_part_schema(path) if part else pq.read_schema(path)).metadata or {}
     except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(f"cannot append to {path}: it is not a readable {_format(path)} file ({exc})") from exc
+        kind = part_format(path) if part else "Parquet"
+        raise TraceFormatError(f"cannot append to {path}: it is not a readable {kind} file ({exc})") from exc
     version = metadata.get(METADATA_SCHEMA_VERSION, b"").decode()
     if version != SCHEMA_VERSION:
         raise TraceFormatError(

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ors_lab.protocol.errors import TraceFormatError
-from ors_lab.recording.recorder import PART, PART_GLOB, parts_dir, read_part
+from ors_lab.recording.recorder import PART_GLOB, part_format, parts_dir, read_part
 from ors_lab.recording.schema import (
     METADATA_CREATED,
     METADATA_RUN_ID,
@@ -124,7 +124,7 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
 
 def _read(path: Path, *, part: bool = False) -> pa.Table:
     """A trace file, or (``part=True``) one part of an unfinished trace, checked and cast to the schema."""
-    kind = "Arrow IPC" if part and path.suffix == PART else "Parquet"
+    kind = part_format(path) if part else "Parquet"
     try:
         table = read_part(path) if part else pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:

@@ -476,3 +476,12 @@ def test_a_value_the_schema_cannot_hold_fails_the_emit_that_converts_it(tmp_path
         rec.close()
     kept = ol.load_trace(tmp_path / "run.parquet")
     assert kept.partial and len(kept) == CONVERT_ROWS
+
+
+def test_append_to_a_trace_whatever_its_name(tmp_path: Path) -> None:
+    """A finished trace is Parquet whatever its file name says: appending to one named .arrow works."""
+    path = tmp_path / "run.arrow"
+    _write(path, 2, run_id="first")
+    _write(path, 1, run_id="second", append=True)
+    comments, seqs, _, runs = _comments(path)
+    assert comments == ["row 0", "row 1", "row 0"] and seqs == [0, 1, 2] and runs == {"first", "second"}
