@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import marshal
 import os
 import shutil
 import threading
@@ -67,7 +66,6 @@ PART = ".arrow"
 SESSION_COLUMNS = ("environment", "split", "task_index", "task")
 COMPACT_ROWS = 16_384
 CONVERT_ROWS = 1_024  # emit converts this many queued rows at a time: about 5 ms of the emitting thread
-HEADER_SETS = 1_024  # header lists kept with their JSON text: a server answers with the same headers again and again
 BODIES = 1_024  # request bodies kept with what they name: a run sends the same few /create and /call bodies again
 HEADER_ITEMS = 4_096  # redacted header items kept: a client sends the same few headers again and again
 
@@ -182,8 +180,8 @@ class Recorder:
         self._sessions: dict[str, tuple[Any, ...]] = {}  # session id -> its SESSION_COLUMNS values
         self._urls: dict[str, tuple[str, bool]] = {}  # URL -> redacted, is a /create: a run asks the same few URLs
         self._calls: dict[str | None, dict[int, tuple[str | None, str | None]]] = {}  # session -> call -> tool, input
-        self._header_sets: dict[bytes, str] = {}  # _packed(headers) -> JSON text
-        self._header_items: dict[tuple[bytes, bytes], tuple[str, str]] = {}  # (name, value) -> (name, JSON member)
+        # an httpx2 header item (raw name, lower-case name, value) -> (its name, its JSON member), redacted
+        self._header_items: dict[tuple[bytes, ...], tuple[str, str]] = {}
         self._bodies: dict[tuple[Any, bytes | None], tuple[Any, ...]] = {}  # (parser, request body) -> parsed
         self._writer = threading.Thread(target=self._run_writer, name="ors-lab-recorder", daemon=True)
         self._writer.start()
@@ -198,9 +196,6 @@ class Recorder:
         """Record one event now. ``fields`` are column values (see docs/trace-format.md)."""
         fields["t_ns"] = _monotonic_ns() - self._t0
         fields["kind"] = kind
-        headers = fields.get("headers")
-        if type(headers) is httpx2.Headers:  # not isinstance: an ABC check costs 0.4 us for every other row
-            fields["headers"] = _packed(headers)
         with self._lock:
             if self._closing:  # set before _closed, and never unset
                 raise RuntimeError(f"{self!r} is closed")
@@ -378,8 +373,10 @@ class Recorder:
                 self._servers.add(_origin(known[0]))
             url, creates = known
         headers = get("headers")
-        if headers is not None and not isinstance(headers, str):
-            headers = self._packed_json(headers) if isinstance(headers, bytes) else self._headers_json(headers)
+        if type(headers) is httpx2.Headers:  # not isinstance: an ABC check costs 0.4 us for every other row
+            headers = self._header_list_json(headers)
+        elif headers is not None and not isinstance(headers, str):
+            headers = self._headers_json(headers)
         body = get("body")
         if body is not None:
             body = redactor.body(url or "", body)
@@ -462,49 +459,46 @@ class Recorder:
         return tool_input, task
 
     def _headers_json(self, headers: Any) -> str | None:
-        """Headers as JSON text: what ``_json(redactor.header_items(...))`` makes of them."""
-        raw = getattr(headers, "raw", None)  # httpx2.Headers (that emit did not take) and the like
+        """Headers (a mapping, ``(name, value)`` pairs, an object with ``.raw``) as JSON text: what
+        ``_json(redactor.header_items(...))`` makes of them."""
+        if isinstance(headers, (bytes, bytearray)):
+            forms = "httpx2.Headers, a mapping, (name, value) pairs or JSON text"
+            raise TypeError(f"headers are {forms}, not {bytes(headers[:60])!r}")
+        raw = getattr(headers, "raw", None)  # an httpx.Headers and the like
         items = _decoded(raw) if raw is not None else _items(headers)
         return _json(self.redactor.header_items(items))
 
-    def _packed_json(self, packed: bytes) -> str:
-        """``_headers_json`` of the headers ``_packed`` made ``packed``: from caches of lists and of items."""
-        text = self._header_sets.get(packed)
-        if text is not None:
-            return text
-        try:  # (raw name, lower-case name, value) per header from _list, (name, value) from raw
-            pairs = [(item[0], item[-1]) for item in marshal.loads(packed)]
-            if not all(type(name) is bytes and type(value) is bytes for name, value in pairs):
-                raise TypeError("not header pairs")
-        except (EOFError, ValueError, TypeError, IndexError, KeyError) as exc:
-            forms = "httpx2.Headers, a mapping, (name, value) pairs or JSON text"
-            raise TypeError(f"headers are {forms}, not {packed[:60]!r}") from exc
+    def _header_list_json(self, headers: httpx2.Headers) -> str:
+        """``_headers_json(headers)``, from a cache of the JSON members of header items.
+
+        A client sends the same few headers again and again, and a server answers with the same
+        few: each item (httpx2 keeps a tuple per header: raw name, lower-case name, value) is
+        redacted and made JSON once. Whole header sets are not cached: every request carries its
+        session's id, and every response the second it was sent.
+        """
+        items = getattr(headers, "_list", None)
+        if type(items) is not list:  # not the httpx2 this was written against: the general way
+            return _ENCODER.encode(self.redactor.header_items(_decoded(headers.raw)))
         cache = self._header_items
         names: set[str] = set()
         members: list[str] = []
-        for pair in pairs:
-            known = cache.get(pair)
+        for item in items:
+            known = cache.get(item)
             if known is None:
-                known = self._header_item(pair)
+                known = self._header_item(item)
             name, member = known
             if name in names:  # a repeated name: header_items joins the values
-                text = _ENCODER.encode(self.redactor.header_items(_decoded(pairs)))
-                break
+                return _ENCODER.encode(self.redactor.header_items(_decoded(headers.raw)))
             names.add(name)
             members.append(member)
-        else:
-            text = "{" + ",".join(members) + "}"
-        if len(self._header_sets) >= HEADER_SETS:
-            self._header_sets.clear()
-        self._header_sets[packed] = text
-        return text
+        return "{" + ",".join(members) + "}"
 
-    def _header_item(self, pair: tuple[bytes, bytes]) -> tuple[str, str]:
-        """One header's lower-case name and ``"name":"value"`` JSON member, redacted; cached."""
-        ((key, redacted),) = self.redactor.header_items(_decoded([pair])).items()
+    def _header_item(self, item: tuple[bytes, ...]) -> tuple[str, str]:
+        """One httpx2 header item's lower-case name and ``"name":"value"`` JSON member, redacted; cached."""
+        ((key, redacted),) = self.redactor.header_items(_decoded([(item[0], item[-1])])).items()
         if len(self._header_items) >= HEADER_ITEMS:
             self._header_items.clear()
-        known = self._header_items[pair] = (key, f"{_ENCODER.encode(key)}:{_ENCODER.encode(redacted)}")
+        known = self._header_items[item] = (key, f"{_ENCODER.encode(key)}:{_ENCODER.encode(redacted)}")
         return known
 
     # -- closing ---------------------------------------------------------------------------------
@@ -638,18 +632,6 @@ def _session_of_create(body: bytes | None) -> tuple[Any, ...]:
     if not isinstance(value, dict):
         return NO_CONTEXT
     return (value.get("env_name"), value.get("split"), value.get("index"), _json(value.get("task_spec")))
-
-
-def _packed(headers: httpx2.Headers) -> bytes:
-    """The header list of ``headers`` as ``marshal`` bytes, for the writer to turn into JSON.
-
-    ``emit`` queues headers this way: bytes are no work for the garbage collector, where the header
-    object, its list and its tuple per header, thousands of them waiting in the queue, make the
-    client's collections several times as frequent; and ``marshal`` takes a third of the time of
-    joining the pairs. The writer redacts what it unpacks as it would the object.
-    """
-    items = getattr(headers, "_list", None)  # (raw name, lower-case name, value) per header
-    return marshal.dumps(items if isinstance(items, list) else headers.raw)
 
 
 def _decoded(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
