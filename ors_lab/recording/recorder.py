@@ -374,7 +374,9 @@ class Recorder:
             url, creates = known
         headers = get("headers")
         if type(headers) is httpx2.Headers:  # not isinstance: an ABC check costs 0.4 us for every other row
-            headers = self._header_list_json(headers)
+            # the queued row keeps the text, not the object: queued headers objects (a list and a
+            # tuple per header each) would make the client's garbage collections more frequent
+            headers = row["headers"] = self._header_list_json(headers)
         elif headers is not None and not isinstance(headers, str):
             headers = self._headers_json(headers)
         body = get("body")
