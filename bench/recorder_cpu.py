@@ -57,10 +57,7 @@ def run(rows: list[tuple[str, dict[str, Any]]], path: Path) -> tuple[float, floa
         for kind, fields in rows[start : start + part]:
             emit(kind, **fields)
         t1 = time.thread_time()
-        with rec._converting:
-            rec._convert()
-            tables, rec._tables, rec._table_rows = rec._tables, [], 0
-        rec._write_part(tables, rec._metadata(partial=True))
+        rec._write_part(*rec._take_tables())
         t2 = time.thread_time()
         emit_s, write_s = emit_s + t1 - t0, write_s + t2 - t1
     rec.close()

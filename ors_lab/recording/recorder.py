@@ -70,9 +70,9 @@ BODIES = 1_024  # request bodies kept with what they name: a run sends the same 
 HEADER_ITEMS = 4_096  # redacted header items kept: a client sends the same few headers again and again
 
 ENRICHED = ("layer", *SESSION_COLUMNS, "tool", "input", "url", "headers", "body")
-"""The columns the writer computes row by row: layer, context, redaction, JSON text."""
+"""The columns ``emit`` works out row by row (``_enrich``): layer, context, redaction, JSON text."""
 STAMPED = ("run_id", "wall")
-"""The columns the writer computes for a whole slice of rows at once."""
+"""The columns a conversion computes for a whole slice of rows at once."""
 PLAIN = pa.schema([field for field in SCHEMA if field.name not in ENRICHED and field.name not in STAMPED])
 """The columns that go to Arrow as emitted (``seq``, ``t_ns`` and ``kind`` are stamped by ``emit``)."""
 PLAIN_ROW = pa.struct(list(PLAIN))
@@ -257,12 +257,7 @@ class Recorder:
                             break
                         self._cond.wait(remaining if remaining > 0 else self.flush_interval)
                     done = self._closing  # emit refuses rows from now on: what is queued is all there is
-                with self._converting:
-                    self._convert()
-                    with self._lock:
-                        tables, self._tables, self._table_rows = self._tables, [], 0
-                        metadata = self._metadata(partial=True)  # the servers seen so far (emit adds to them)
-                        self._cond.notify_all()
+                tables, metadata = self._take_tables()
                 if tables:
                     written = self._write_part(tables, metadata)
                     last = time.monotonic()
@@ -278,6 +273,16 @@ class Recorder:
         self._error = exc
         with self._cond:
             self._cond.notify_all()
+
+    def _take_tables(self) -> tuple[list[pa.Table], dict[bytes, bytes]]:
+        """Convert what is queued, and take every converted table with the metadata for their part."""
+        with self._converting:
+            self._convert()
+            with self._lock:
+                tables, self._tables, self._table_rows = self._tables, [], 0
+                metadata = self._metadata(partial=True)  # the servers seen so far (emit adds to them)
+                self._cond.notify_all()
+        return tables, metadata
 
     def _convert(self) -> None:
         """Convert every queued row and add the table to those the writer writes next (hold ``_converting``)."""
@@ -363,6 +368,13 @@ class Recorder:
         redactor, sessions, calls = self.redactor, self._sessions, self._calls
         get = row.get
         kind = row["kind"]
+        headers = get("headers")
+        if type(headers) is httpx2.Headers:  # not isinstance: an ABC check costs 0.4 us for every other row
+            # the queued row keeps the text, not the object: queued headers objects (a list and a
+            # tuple per header each) would make the client's garbage collections more frequent
+            headers = row["headers"] = self._header_list_json(headers)
+        elif headers is not None and not isinstance(headers, str):
+            headers = self._headers_json(headers)
         url, creates = get("url"), False
         if url is not None:
             known = self._urls.get(url)
@@ -372,13 +384,6 @@ class Recorder:
                     self._urls[url] = known
                 self._servers.add(_origin(known[0]))
             url, creates = known
-        headers = get("headers")
-        if type(headers) is httpx2.Headers:  # not isinstance: an ABC check costs 0.4 us for every other row
-            # the queued row keeps the text, not the object: queued headers objects (a list and a
-            # tuple per header each) would make the client's garbage collections more frequent
-            headers = row["headers"] = self._header_list_json(headers)
-        elif headers is not None and not isinstance(headers, str):
-            headers = self._headers_json(headers)
         body = get("body")
         if body is not None:
             body = redactor.body(url or "", body)
@@ -470,7 +475,7 @@ class Recorder:
         items = _decoded(raw) if raw is not None else _items(headers)
         return _json(self.redactor.header_items(items))
 
-    def _header_list_json(self, headers: httpx2.Headers) -> str:
+    def _header_list_json(self, headers: httpx2.Headers) -> str | None:
         """``_headers_json(headers)``, from a cache of the JSON members of header items.
 
         A client sends the same few headers again and again, and a server answers with the same
@@ -480,7 +485,7 @@ class Recorder:
         """
         items = getattr(headers, "_list", None)
         if type(items) is not list:  # not the httpx2 this was written against: the general way
-            return _ENCODER.encode(self.redactor.header_items(_decoded(headers.raw)))
+            return self._headers_json(headers)
         cache = self._header_items
         names: set[str] = set()
         members: list[str] = []
@@ -490,7 +495,7 @@ class Recorder:
                 known = self._header_item(item)
             name, member = known
             if name in names:  # a repeated name: header_items joins the values
-                return _ENCODER.encode(self.redactor.header_items(_decoded(headers.raw)))
+                return self._headers_json(headers)
             names.add(name)
             members.append(member)
         return "{" + ",".join(members) + "}"
