@@ -7,11 +7,10 @@ Emits the 29 rows per quiz episode that bench/recording.py's ``episode_events`` 
 as ``httpx2.Headers``, as our client passes them) through ``Recorder.emit``, and does the writer's
 work for parts of 100 episodes (about what it takes per 0.5 s flush in the overhead benchmark).
 Times, with ``time.thread_time`` in this one thread, the ``emit`` calls (the event loop's share:
-stamping, context and redaction, queueing, and converting every ``CONVERT_ROWS`` rows to Arrow)
-and the writer's share (converting the rest of the queue, writing the part).
+stamping, context and redaction, storing each value in its column's buffers) and the writer's
+share (taking the buffers as Arrow arrays, writing the part).
 Prints the fastest run's CPU microseconds per row and milliseconds per episode: CPU time, and the
-fastest of several runs, so that other load on the machine affects the figures little. What it
-does not see: the client's garbage collections, which rows waiting in the queue make more frequent.
+fastest of several runs, so that other load on the machine affects the figures little.
 """
 
 from __future__ import annotations

@@ -2,27 +2,27 @@
 
 How a trace is written, and why it survives a crash:
 
-- ``emit`` stamps the event (sequence number, monotonic nanoseconds since the run began), works
-  out its context and redacts it (``_enrich``: the session's task and the call's tool filled in,
-  secrets out of its URL, headers and body, into per-column lists) while the row is still in the
-  CPU's cache, and queues it. Every ``CONVERT_ROWS`` rows, the ``emit`` call that fills the queue
-  turns the queued rows into an Arrow table. Both happen in the emitting thread, not in a thread
-  of their own: they need the GIL either way, and as a third busy thread (beside the client's and
-  the server's) the work had the server preempted 40-150 times a second instead of 5-15 on a
-  two-core machine (see bench/README.md).
+- ``emit`` (in C, ``_rows.c``: the base class ``Rows``) stamps the event (sequence number,
+  monotonic nanoseconds since the run began), works out its context (the session's task, the
+  call's tool), redacts it, and appends each column's value to that column's buffers, laid out as
+  an Arrow array's. What is rare or needs Python's libraries is a method here that ``emit`` calls:
+  a URL or header item seen for the first time, a ``/create`` or ``/call`` body, an ``open`` row,
+  a body that may hold secrets, the user's patterns, a value of an unusual type. Storing a row
+  costs no Python objects and no conversion later: in Python, the same work cost the client a
+  tenth of its CPU beside a busy server (see bench/README.md).
 - Every ``flush_interval`` seconds (0.5 s by default), whenever ``part_rows`` rows are waiting,
-  and when ``flush()`` asks, the writer thread converts what is still queued and writes all the
-  converted rows as a new Arrow IPC file ``PATH.parts/part-NNNNNNNNN.arrow``: it writes a hidden
-  temporary file and renames it into place, so a part is either whole or absent. A part is the
-  table as it is in memory, neither encoded nor compressed: a quarter of the CPU of a Parquet part.
-  A process killed at any moment therefore leaves every event recorded up to about one second
-  before the kill readable (``load_trace`` reads the parts; ``Recorder(PATH, append=True).close()``
-  compacts them).
+  and when ``flush()`` asks, the writer thread takes the buffers (``_take``), wraps them as Arrow
+  arrays without copying a row, and writes them as a new Arrow IPC file
+  ``PATH.parts/part-NNNNNNNNN.arrow``: it writes a hidden temporary file and renames it into place,
+  so a part is either whole or absent. A part is the table as it is in memory, neither encoded nor
+  compressed: a quarter of the CPU of a Parquet part. A process killed at any moment therefore
+  leaves every event recorded up to about one second before the kill readable (``load_trace``
+  reads the parts; ``Recorder(PATH, append=True).close()`` compacts them).
 - ``close()`` compacts the parts, in order, into the single Parquet file ``PATH`` and removes them.
-- Memory stays bounded: when ``2 * part_rows`` rows are waiting (queued or converted but not yet
-  written), ``emit`` waits for the writer.
-- Rows are enriched in the order they are emitted (under the lock) and converted in that order,
-  one conversion at a time (``_converting``), whichever thread does it.
+- Memory stays bounded: when ``2 * part_rows`` rows are waiting, ``emit`` waits for the writer.
+- A row is stored whole or not at all, in seq order, under one lock, whichever thread emits it; a
+  row ``emit`` refuses (a value its column cannot hold, headers of an unknown form) leaves nothing
+  behind and raises ``TypeError`` naming what is wrong.
 
 ``load_trace(PATH)`` reads the compacted file, or, after a crash, the parts (``partial=True``).
 """
@@ -36,7 +36,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ors_lab.recording import _rows
 from ors_lab.recording.redact import Redactor, is_create_url
 from ors_lab.recording.schema import (
     KIND_LAYER,
@@ -65,23 +66,28 @@ PART_GLOB = "part-*"  # part-NNNNNNNNN.arrow, and .parquet: a compacted trace ap
 PART = ".arrow"
 SESSION_COLUMNS = ("environment", "split", "task_index", "task")
 COMPACT_ROWS = 16_384
-CONVERT_ROWS = 1_024  # emit converts this many queued rows at a time: about 5 ms of the emitting thread
 BODIES = 1_024  # request bodies kept with what they name: a run sends the same few /create and /call bodies again
 HEADER_ITEMS = 4_096  # redacted header items kept: a client sends the same few headers again and again
+URLS = 10_000  # redacted URLs kept: a run asks the same few
 
-ENRICHED = ("layer", *SESSION_COLUMNS, "tool", "input", "url", "headers", "body")
-"""The columns ``emit`` works out row by row (``_enrich``): layer, context, redaction, JSON text."""
 STAMPED = ("run_id", "wall")
-"""The columns a conversion computes for a whole slice of rows at once."""
-PLAIN = pa.schema([field for field in SCHEMA if field.name not in ENRICHED and field.name not in STAMPED])
-"""The columns that go to Arrow as emitted (``seq``, ``t_ns`` and ``kind`` are stamped by ``emit``)."""
-PLAIN_ROW = pa.struct(list(PLAIN))
-ENRICHED_FIELDS = [SCHEMA.field(name) for name in ENRICHED]
+"""The columns the writer computes for a whole part at once; ``emit`` stores every other one."""
+ROW_FIELDS = [field for field in SCHEMA if field.name not in STAMPED]
+"""The columns ``emit`` stores, in the order of its buffers."""
+_KINDS = {
+    pa.int64(): _rows.INT64,
+    pa.int32(): _rows.INT32,
+    pa.float64(): _rows.FLOAT64,
+    pa.bool_(): _rows.BOOL,
+    pa.string(): _rows.STRING,
+    pa.large_string(): _rows.LARGE_STRING,
+    pa.large_binary(): _rows.LARGE_BINARY,
+}
+BODY = [field.name for field in ROW_FIELDS].index("body")
+ROW_COLUMNS = [(field.name, _KINDS[field.type]) for field in ROW_FIELDS]
 WALL = SCHEMA.field("wall").type
 NO_CONTEXT: tuple[Any, ...] = (None,) * len(SESSION_COLUMNS)
-NO_CALL: tuple[str | None, str | None] = (None, None)
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(use_threads=False)  # no pool threads taking the cores from the client
-_monotonic_ns = time.monotonic_ns  # emit runs per event: one global lookup, not a global and an attribute
 
 
 def parts_dir(path: Path) -> Path:
@@ -119,7 +125,7 @@ def _json(value: Any) -> str | None:
     return _ENCODER.encode(value)
 
 
-class Recorder:
+class Recorder(_rows.Rows):
     """Records events into the Parquet trace at ``path``; pass it as ``Client(url, recorder=rec)``.
 
     ``with Recorder("recordings/run.parquet") as rec:`` (or ``async with``) closes and compacts it
@@ -159,29 +165,23 @@ class Recorder:
         self.part_rows = part_rows
         self.compression = compression
         self.created = dt.datetime.now(dt.UTC)
+        # emit's state (Rows): _sessions (session id -> its SESSION_COLUMNS values), _calls (session
+        # id -> call -> tool, input), _urls (URL -> redacted, is a /create), _header_items (an httpx2
+        # header item -> its lower-case name and JSON member, redacted), _next_seq, _t0, _closing,
+        # _error; _waiting counts the rows stored and not yet taken by the writer
+        self._setup(ROW_COLUMNS, STAMPED, KIND_LAYER, "agent", httpx2.Headers, _json)
         # t_ns goes on from where an appended trace stopped, so it never runs backwards in one file
         self._t0 = time.monotonic_ns() - first_ns
         self._wall0_us = time.time_ns() // 1000 - first_ns // 1000
-        self._next_seq = first_seq  # the seq of the next row emit takes
+        self._next_seq = first_seq
+        self._part_rows = part_rows
+        self._patterns = bool(self.redactor.patterns)
         self._written_seq = first_seq  # every row before this seq is in a part on disk
-        self._flushers = 0  # flush() calls waiting: the writer writes what is queued now
-        self._queue: list[dict[str, Any]] = []  # emitted, not yet converted
-        self._enriched: list[list[Any]] = [[] for _ in ENRICHED]  # the queued rows' ENRICHED columns
-        self._tables: list[pa.Table] = []  # converted, not yet written
-        self._table_rows = 0  # rows in self._tables
-        self._lock = threading.Lock()  # emit takes it directly: cheaper than entering the Condition
-        self._cond = threading.Condition(self._lock)
-        self._converting = threading.Lock()  # one conversion at a time, in emit order
-        self._closing = False
+        self._flushers = 0  # flush() calls waiting: the writer writes what is waiting now
+        self._cond = threading.Condition()
         self._closed = False
-        self._error: BaseException | None = None
         self._part_index = first_part
         self._servers: set[str] = servers
-        self._sessions: dict[str, tuple[Any, ...]] = {}  # session id -> its SESSION_COLUMNS values
-        self._urls: dict[str, tuple[str, bool]] = {}  # URL -> redacted, is a /create: a run asks the same few URLs
-        self._calls: dict[str | None, dict[int, tuple[str | None, str | None]]] = {}  # session -> call -> tool, input
-        # an httpx2 header item (raw name, lower-case name, value) -> (its name, its JSON member), redacted
-        self._header_items: dict[tuple[bytes, ...], tuple[str, str]] = {}
         self._bodies: dict[tuple[Any, bytes | None], tuple[Any, ...]] = {}  # (parser, request body) -> parsed
         self._writer = threading.Thread(target=self._run_writer, name="ors-lab-recorder", daemon=True)
         self._writer.start()
@@ -190,35 +190,64 @@ class Recorder:
         state = "closed" if self._closed else "recording"
         return f"Recorder({str(self.path)!r}, run_id={self.run_id!r}, {state})"
 
-    # -- the hot path ----------------------------------------------------------------------------
+    # -- what emit (Rows, in C) calls --------------------------------------------------------------
 
-    def emit(self, kind: str, /, **fields: Any) -> None:
-        """Record one event now. ``fields`` are column values (see docs/trace-format.md)."""
-        fields["t_ns"] = _monotonic_ns() - self._t0
-        fields["kind"] = kind
-        with self._lock:
-            if self._closing:  # set before _closed, and never unset
-                raise RuntimeError(f"{self!r} is closed")
-            self._enrich(fields)  # raises for a row it cannot record, before the row takes a seq
-            fields["seq"] = self._next_seq
-            self._next_seq += 1
-            queue = self._queue
-            queue.append(fields)
-            full = len(queue) >= CONVERT_ROWS
-            if full and len(queue) + self._table_rows >= 2 * self.part_rows:
-                self._cond.notify_all()
-                while len(self._queue) + self._table_rows >= 2 * self.part_rows and self._error is None:
-                    self._cond.wait(0.1)  # the writer is behind: wait, so memory stays bounded
-        # another thread converting: it, or the writer, takes these rows too
-        if full and self._converting.acquire(blocking=False):
-            try:
-                self._convert()
-            except BaseException as exc:
-                self._fail(exc)
-            finally:
-                self._converting.release()
-        if self._error is not None:
-            raise RuntimeError(f"the trace writer failed: {self._error!r}") from self._error
+    def _wake_writer(self) -> None:
+        """A part's worth of rows is waiting."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def _wait_for_writer(self) -> None:
+        """Twice a part's worth is waiting: wait for the writer, so memory stays bounded."""
+        with self._cond:
+            self._cond.notify_all()
+            while self._waiting >= 2 * self.part_rows and self._error is None:
+                self._cond.wait(0.1)
+
+    def _raise_error(self) -> None:
+        raise RuntimeError(f"the trace writer failed: {self._error!r}") from self._error
+
+    def _cell(self, index: int, value: Any) -> Any:
+        """A value of a type ``emit`` does not store directly, as Arrow converts it for its column
+        (a string column takes any JSON-able value, as its JSON text)."""
+        field = ROW_FIELDS[index]
+        try:
+            return pa.array([value], type=field.type)[0].as_py()
+        except (pa.ArrowTypeError, pa.ArrowInvalid, OverflowError) as exc:
+            if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+                text = _json(value)
+                if text is not value:
+                    return text
+            raise TypeError(f"trace column {field.name!r} ({field.type}) cannot hold {value!r:.80}: {exc}") from exc
+
+    def _url_known(self, url: str) -> tuple[str, bool]:
+        """A URL seen for the first time: redacted, whether it is a /create, and its server noted."""
+        known = (self.redactor.url(url), is_create_url(str(url)))
+        if len(self._urls) < URLS:
+            self._urls[url] = known
+        self._servers.add(_origin(known[0]))
+        return known
+
+    def _body(self, url: str, body: Any) -> Any:
+        """A body that may hold secrets (or meets the user's patterns), or is not bytes: as bytes, redacted."""
+        if not isinstance(body, bytes):
+            body = self._cell(BODY, body)
+        return self.redactor.body(url, body)
+
+    def _create_context(self, sid: str, body: bytes | None) -> tuple[Any, ...]:
+        """A /create request: its session's context is the task its body names."""
+        context = self._sessions[sid] = self._body_meaning(_session_of_create, body)
+        return context
+
+    def _open_context(self, sid: str, *opened: Any) -> tuple[Any, ...]:
+        """An ``open`` row: its values where given, else what was known of the session."""
+        context = self._sessions[sid] = _merged(self._sessions.get(sid), opened)
+        return context
+
+    def _call_meaning(self, body: bytes | None) -> tuple[str | None, str | None]:
+        """A /call request: the tool and input its body names."""
+        meaning: tuple[str | None, str | None] = self._body_meaning(_tool_and_input, body)
+        return meaning
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every event emitted so far is in a part on disk, where ``load_trace`` reads it.
@@ -227,7 +256,7 @@ class Recorder:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            target = self._next_seq
+            target = self._next_seq  # every row before it is stored whole (emit counts under its lock)
             self._flushers += 1
             self._cond.notify_all()
             try:
@@ -251,12 +280,12 @@ class Recorder:
             last = time.monotonic()
             while True:
                 with self._cond:
-                    while not self._closing and len(self._queue) + self._table_rows < self.part_rows:
+                    while not self._closing and self._waiting < self.part_rows:
                         remaining = last + self.flush_interval - time.monotonic()
-                        if (self._queue or self._tables) and (remaining <= 0 or self._flushers):
+                        if self._waiting and (remaining <= 0 or self._flushers):
                             break
                         self._cond.wait(remaining if remaining > 0 else self.flush_interval)
-                    done = self._closing  # emit refuses rows from now on: what is queued is all there is
+                    done = self._closing  # emit refuses rows from now on: what is waiting is all there is
                 tables, metadata = self._take_tables()
                 if tables:
                     written = self._write_part(tables, metadata)
@@ -275,28 +304,25 @@ class Recorder:
             self._cond.notify_all()
 
     def _take_tables(self) -> tuple[list[pa.Table], dict[bytes, bytes]]:
-        """Convert what is queued, and take every converted table with the metadata for their part."""
-        with self._converting:
-            self._convert()
-            with self._lock:
-                tables, self._tables, self._table_rows = self._tables, [], 0
-                metadata = self._metadata(partial=True)  # the servers seen so far (emit adds to them)
-                self._cond.notify_all()
-        return tables, metadata
+        """Take every waiting row, as a table, with the metadata for its part (no table: none waiting)."""
+        columns = self._take()
+        metadata = self._metadata(partial=True)  # the servers seen so far (emit adds to them)
+        with self._cond:
+            self._cond.notify_all()  # an emit waiting for room
+        return ([self._table(columns)] if columns else []), metadata
 
-    def _convert(self) -> None:
-        """Convert every queued row and add the table to those the writer writes next (hold ``_converting``)."""
-        with self._lock:
-            rows, self._queue = self._queue, []
-            enriched, self._enriched = self._enriched, [[] for _ in ENRICHED]
-        if not rows:
-            return
-        table = self._table(rows, enriched)
-        with self._lock:
-            self._tables.append(table)
-            self._table_rows += len(rows)
-            if self._table_rows >= self.part_rows:
-                self._cond.notify_all()
+    def _table(self, columns: list[tuple[int, int, bytes | None, bytes, bytes | None]]) -> pa.Table:
+        """The buffers ``_take`` gave, as Arrow arrays (no copy), and the STAMPED columns."""
+        arrays: dict[str, pa.Array] = {}
+        for field, (rows, nulls, validity, values, data) in zip(ROW_FIELDS, columns, strict=True):
+            buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(values)]
+            if data is not None:
+                buffers.append(pa.py_buffer(data))
+            arrays[field.name] = pa.Array.from_buffers(field.type, rows, buffers, null_count=nulls)
+        rows = len(arrays["seq"])
+        arrays["run_id"] = pa.repeat(pa.scalar(self.run_id, SCHEMA.field("run_id").type), rows)
+        arrays["wall"] = pa.array(arrays["t_ns"].to_numpy() // 1000 + self._wall0_us, type=WALL)
+        return pa.Table.from_arrays([arrays[name] for name in SCHEMA.names], schema=SCHEMA)
 
     def _write_part(self, tables: list[pa.Table], metadata: dict[bytes, bytes]) -> int:
         """Write ``tables`` as the next part; return the seq after their last row."""
@@ -317,127 +343,9 @@ class Recorder:
             METADATA_VERSION: __version__.encode(),
             METADATA_CREATED: self.created.isoformat().encode(),
             METADATA_RUN_ID: self.run_id.encode(),
-            METADATA_SERVERS: json.dumps(sorted(self._servers)).encode(),
+            METADATA_SERVERS: json.dumps(sorted(self._servers)).encode(),  # sorted() copies in C: emit may add
             METADATA_PARTIAL: b"true" if partial else b"false",
         }
-
-    def _table(self, rows: list[dict[str, Any]], enriched: list[list[Any]]) -> pa.Table:
-        """Rows and their ENRICHED columns to an Arrow table, in slices (each holds the GIL throughout)."""
-        tables = [
-            self._slice(
-                rows[start : start + CONVERT_ROWS], [column[start : start + CONVERT_ROWS] for column in enriched]
-            )
-            for start in range(0, len(rows), CONVERT_ROWS)
-        ]
-        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-
-    def _slice(self, rows: list[dict[str, Any]], enriched: list[list[Any]]) -> pa.Table:
-        """Up to CONVERT_ROWS rows as a table: ENRICHED columns from ``_enrich``, PLAIN ones as emitted."""
-        try:
-            # as a struct array: Arrow reads each row once, every column from it, where
-            # Table.from_pylist reads every row once per column; the same work, but beside the
-            # server that shares this machine's cores and caches it cost more time
-            plain = pa.RecordBatch.from_struct_array(pa.array(rows, type=PLAIN_ROW))
-            arrays = dict(zip(PLAIN.names, plain.columns, strict=True))
-            for field, values in zip(ENRICHED_FIELDS, enriched, strict=True):
-                arrays[field.name] = pa.array(values, type=field.type)
-        except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value of another type: convert column by column
-            computed = dict(zip(ENRICHED, enriched, strict=True))
-            arrays = {
-                field.name: _column(
-                    computed[field.name] if field.name in computed else [row.get(field.name) for row in rows], field
-                )
-                for field in SCHEMA
-                if field.name not in STAMPED
-            }
-        arrays["run_id"] = pa.repeat(pa.scalar(self.run_id, SCHEMA.field("run_id").type), len(rows))
-        arrays["wall"] = pa.array(arrays["t_ns"].to_numpy() // 1000 + self._wall0_us, type=WALL)
-        return pa.Table.from_arrays([arrays[name] for name in SCHEMA.names], schema=SCHEMA)
-
-    def _enrich(self, row: dict[str, Any]) -> None:
-        """Add ``row``'s ENRICHED values to the queued rows' columns; with user patterns, also redacts
-        its data, comment and error (in place).
-
-        ``emit`` calls it under the lock, in emit order, while the row is still in the CPU's cache:
-        the same work on a batch of rows emitted up to a fifth of a second before cost the client a
-        third more beside a busy server. What can fail (the URL, headers and body) comes before what
-        changes the recorder's state (a session's context, a call's tool), so a row it refuses
-        leaves nothing behind. One list per column, not a tuple per row: thousands of queued tuples
-        would be young GC-tracked objects, and each 700 of them start a garbage collection.
-        """
-        redactor, sessions, calls = self.redactor, self._sessions, self._calls
-        get = row.get
-        kind = row["kind"]
-        headers = get("headers")
-        if type(headers) is httpx2.Headers:  # not isinstance: an ABC check costs 0.4 us for every other row
-            # the queued row keeps the text, not the object: queued headers objects (a list and a
-            # tuple per header each) would make the client's garbage collections more frequent
-            headers = row["headers"] = self._header_list_json(headers)
-        elif headers is not None and not isinstance(headers, str):
-            headers = self._headers_json(headers)
-        url, creates = get("url"), False
-        if url is not None:
-            known = self._urls.get(url)
-            if known is None:
-                known = (redactor.url(url), is_create_url(str(url)))
-                if len(self._urls) < 10_000:
-                    self._urls[url] = known
-                self._servers.add(_origin(known[0]))
-            url, creates = known
-        body = get("body")
-        if body is not None:
-            body = redactor.body(url or "", body)
-        layer = row["layer"] if "layer" in row else KIND_LAYER.get(kind, "agent")
-        sid = get("session_id")
-        task = get("task")
-        if task is not None and not isinstance(task, str):
-            task = _json(task)
-        environment, split, task_index = get("environment"), get("split"), get("task_index")
-        if sid is not None:
-            if kind == "request" and creates:
-                context = sessions[sid] = self._body_meaning(_session_of_create, get("body"))
-            elif kind == "open":
-                context = sessions[sid] = _merged(sessions.get(sid), (environment, split, task_index, task))
-            else:
-                context = sessions.get(sid, NO_CONTEXT)
-            if environment is None:
-                environment = context[0]
-            if split is None:
-                split = context[1]
-            if task_index is None:
-                task_index = context[2]
-            if task is None:
-                task = context[3]
-            if kind == "close":  # nothing of the session follows its close: keep memory bounded
-                sessions.pop(sid, None)
-                calls.pop(sid, None)
-        call = get("call")
-        if call is not None:
-            of_session = calls.get(sid)
-            if of_session is None:
-                of_session = calls[sid] = {}
-            if kind == "request" and call not in of_session:
-                of_session[call] = self._body_meaning(_tool_and_input, get("body"))
-            tool, tool_input = of_session.get(call, NO_CALL)
-            if "tool" in row:
-                tool = row["tool"]
-            if "input" in row:
-                tool_input = row["input"]
-        else:
-            tool, tool_input = get("tool"), get("input")
-        if redactor.patterns:
-            tool_input, task = self._redact_texts(row, tool_input, task)
-        layers, environments, splits, indexes, tasks, tools, inputs, urls, header_column, bodies = self._enriched
-        layers.append(layer)
-        environments.append(environment)
-        splits.append(split)
-        indexes.append(task_index)
-        tasks.append(task)
-        tools.append(tool)
-        inputs.append(tool_input)
-        urls.append(url)
-        header_column.append(headers)
-        bodies.append(body)
 
     def _body_meaning(self, parse: Callable[[bytes | None], tuple[Any, ...]], body: bytes | None) -> tuple[Any, ...]:
         """``parse(body)`` (a /create body's context, a /call body's tool and input), cached by body."""
@@ -452,18 +360,10 @@ class Recorder:
             self._bodies[key] = known
         return known
 
-    def _redact_texts(self, row: dict[str, Any], tool_input: Any, task: Any) -> tuple[Any, Any]:
-        """The user patterns' matches out of the row's data, comment and error (in place), input and task."""
+    def _redact_texts(self, *texts: Any) -> tuple[Any, ...]:
+        """The user patterns' matches out of a row's data, comment, error, input and task."""
         text = self.redactor.text
-        for name in ("data", "comment", "error"):
-            value = row.get(name)
-            if isinstance(value, str):
-                row[name] = text(value)
-        if isinstance(tool_input, str):
-            tool_input = text(tool_input)
-        if isinstance(task, str):
-            task = text(task)
-        return tool_input, task
+        return tuple(text(value) if isinstance(value, str) else value for value in texts)
 
     def _headers_json(self, headers: Any) -> str | None:
         """Headers (a mapping, ``(name, value)`` pairs, an object with ``.raw``) as JSON text: what
@@ -475,33 +375,10 @@ class Recorder:
         items = _decoded(raw) if raw is not None else _items(headers)
         return _json(self.redactor.header_items(items))
 
-    def _header_list_json(self, headers: httpx2.Headers) -> str | None:
-        """``_headers_json(headers)``, from a cache of the JSON members of header items.
-
-        A client sends the same few headers again and again, and a server answers with the same
-        few: each item (httpx2 keeps a tuple per header: raw name, lower-case name, value) is
-        redacted and made JSON once. Whole header sets are not cached: every request carries its
-        session's id, and every response the second it was sent.
-        """
-        items = getattr(headers, "_list", None)
-        if type(items) is not list:  # not the httpx2 this was written against: the general way
-            return self._headers_json(headers)
-        cache = self._header_items
-        names: set[str] = set()
-        members: list[str] = []
-        for item in items:
-            known = cache.get(item)
-            if known is None:
-                known = self._header_item(item)
-            name, member = known
-            if name in names:  # a repeated name: header_items joins the values
-                return self._headers_json(headers)
-            names.add(name)
-            members.append(member)
-        return "{" + ",".join(members) + "}"
-
     def _header_item(self, item: tuple[bytes, ...]) -> tuple[str, str]:
-        """One httpx2 header item's lower-case name and ``"name":"value"`` JSON member, redacted; cached."""
+        """One httpx2 header item (raw name, lower-case name, value) seen for the first time: its
+        lower-case name and ``"name":"value"`` JSON member, redacted, and cached for ``emit``. A
+        client sends the same few headers again and again, and a server answers with the same few."""
         ((key, redacted),) = self.redactor.header_items(_decoded([(item[0], item[-1])])).items()
         if len(self._header_items) >= HEADER_ITEMS:
             self._header_items.clear()
@@ -607,16 +484,6 @@ def _check_trace(path: Path, *, part: bool) -> None:
             f"cannot append to {path}: its trace schema version is {version or 'missing'}, this ors_lab writes "
             f"{SCHEMA_VERSION}"
         )
-
-
-def _column(values: Sequence[Any], field: pa.Field) -> pa.Array:
-    """One column; a string column takes any JSON-able value (as its JSON text)."""
-    try:
-        return pa.array(values, type=field.type)
-    except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
-        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
-            return pa.array([_json(value) for value in values], type=field.type)
-        raise TypeError(f"trace column {field.name!r} ({field.type}) cannot hold these values: {exc}") from exc
 
 
 def _items(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> Iterable[tuple[str, str]]:

@@ -21,7 +21,7 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.client.transport import AiohttpTransport
-from ors_lab.recording.recorder import CONVERT_ROWS, parts_dir
+from ors_lab.recording.recorder import parts_dir
 from tests.envs import common
 
 
@@ -438,10 +438,10 @@ def test_headers_of_another_type_fail_clearly(tmp_path: Path) -> None:
 
 
 def test_threads_emitting_at_once_keep_order_and_context(tmp_path: Path) -> None:
-    """Four threads emitting at once (their emits converting rows as they go): every row once, in seq
-    order, each with the context of its own session."""
+    """Four threads emitting at once (past a part's worth of rows, so the writer takes rows meanwhile):
+    every row once, in seq order, each with the context of its own session."""
     path = tmp_path / "run.parquet"
-    per_thread = 3 * CONVERT_ROWS + 17
+    per_thread = 3_089
 
     def emit_session(rec: ol.Recorder, n: int) -> None:
         rec.emit("open", session_id=f"s{n}", environment=f"env{n}", split="test", task_index=n)
@@ -449,7 +449,7 @@ def test_threads_emitting_at_once_keep_order_and_context(tmp_path: Path) -> None
             rec.emit("event", session_id=f"s{n}", call=1, event="chunk", data=f"{n}:{i}")
         rec.emit("close", session_id=f"s{n}")
 
-    with ol.Recorder(path) as rec, ThreadPoolExecutor(4) as pool:
+    with ol.Recorder(path, part_rows=1_024) as rec, ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda n: emit_session(rec, n), range(4)))
     table = ol.load_trace(path).table
     assert table["seq"].to_pylist() == list(range(4 * (per_thread + 2)))
@@ -460,22 +460,44 @@ def test_threads_emitting_at_once_keep_order_and_context(tmp_path: Path) -> None
         assert (row["session_id"], row["environment"], row["task_index"]) == (f"s{n}", f"env{n}", n)
 
 
-def test_a_value_the_schema_cannot_hold_fails_the_emit_that_converts_it(tmp_path: Path) -> None:
-    """A bad value is reported by the emit whose conversion meets it (with the column named), and
-    the rows converted before it are kept in the parts."""
-    rec = ol.Recorder(tmp_path / "run.parquet", flush_interval=3600)
-    for i in range(CONVERT_ROWS):
-        rec.emit("comment", comment=f"row {i}")
-    rec.flush()
-    rec.emit("response", status="not a number")
-    with pytest.raises(RuntimeError, match="the trace writer failed") as failed:
-        for i in range(CONVERT_ROWS):
-            rec.emit("comment", comment=f"after {i}")
-    assert "status" in str(failed.value.__cause__)
-    with pytest.raises(RuntimeError, match="the parts are kept"):
-        rec.close()
-    kept = ol.load_trace(tmp_path / "run.parquet")
-    assert kept.partial and len(kept) == CONVERT_ROWS
+def test_a_value_its_column_cannot_hold_is_refused_by_its_own_emit(tmp_path: Path) -> None:
+    """A value of the wrong type fails the emit that gives it, naming the column; the row leaves
+    nothing behind (no seq taken, no context kept), and the rows before and after it are recorded."""
+    path = tmp_path / "run.parquet"
+    with ol.Recorder(path) as rec:
+        rec.emit("comment", comment="before")
+        with pytest.raises(TypeError, match=r"trace column 'status' \(int32\) cannot hold 'not a number'"):
+            rec.emit("response", session_id="s1", status="not a number", headers={"x-a": "1"})
+        with pytest.raises(TypeError, match=r"trace column 'call' \(int32\) cannot hold 4294967296"):
+            rec.emit("open", session_id="s2", environment="quiz", call=2**32)
+        with pytest.raises(TypeError, match="'bogus' is not a trace column"):
+            rec.emit("comment", bogus=1)
+        with pytest.raises(TypeError, match="'seq' is stamped by the recorder"):
+            rec.emit("comment", seq=7)
+        with pytest.raises(TypeError, match="'wall' is stamped by the recorder"):
+            rec.emit("comment", wall=7)
+        rec.emit("comment", comment="after", session_id="s2")
+    events = ol.load_trace(path).events
+    assert list(events["comment"]) == ["before", "after"]
+    assert list(events["seq"]) == [0, 1]
+    assert events["environment"].isna().all()  # the refused open left no context for s2
+
+
+def test_values_arrow_converts_are_stored_as_arrow_converts_them(tmp_path: Path) -> None:
+    """Values of other types than the column's own are stored as Arrow converts them: an int reward
+    as a float, a dict task and a list input as JSON text, bytearray and str bodies as bytes."""
+    path = tmp_path / "run.parquet"
+    with ol.Recorder(path) as rec:
+        rec.emit("result", reward=1, ok=True, finished=False, input=[1, "a"], task={"b": 2})
+        rec.emit("request", body=bytearray(b"raw"), size=True is True and 3)
+        rec.emit("request", body="text \u00e9")
+    rows = ol.load_trace(path).table.to_pylist()
+    assert rows[0]["reward"] == 1.0 and isinstance(rows[0]["reward"], float)
+    assert (rows[0]["ok"], rows[0]["finished"]) == (True, False)
+    assert json.loads(rows[0]["input"]) == [1, "a"] and json.loads(rows[0]["task"]) == {"b": 2}
+    assert [rows[1]["body"], rows[2]["body"]] == [b"raw", "text \u00e9".encode()]
+    assert rows[1]["size"] == 3
+
 
 
 def test_append_to_a_trace_whatever_its_name(tmp_path: Path) -> None:
