@@ -11,7 +11,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml ors_lab/recording/_rows.c | $(BIN)/python
+# The recorder's hot path is a C extension (setup.py): it needs a C compiler and Python's headers.
+# A machine without them gets Debian's (gcc; python3-dev, for a Debian Python).
+$(STAMP): pyproject.toml setup.py ors_lab/recording/_rows.c | $(BIN)/python
+	@command -v gcc >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq gcc; }
+	@test -f "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" || \
+		{ apt-get update -qq && apt-get install -y -qq python3-dev; }
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 

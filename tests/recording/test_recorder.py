@@ -499,7 +499,6 @@ def test_values_arrow_converts_are_stored_as_arrow_converts_them(tmp_path: Path)
     assert rows[1]["size"] == 3
 
 
-
 def test_append_to_a_trace_whatever_its_name(tmp_path: Path) -> None:
     """A finished trace is Parquet whatever its file name says: appending to one named .arrow works."""
     path = tmp_path / "run.arrow"
@@ -507,3 +506,60 @@ def test_append_to_a_trace_whatever_its_name(tmp_path: Path) -> None:
     _write(path, 1, run_id="second", append=True)
     comments, seqs, _, runs = _comments(path)
     assert comments == ["row 0", "row 1", "row 0"] and seqs == [0, 1, 2] and runs == {"first", "second"}
+
+
+def test_every_path_of_emit_under_threads_gives_valid_arrow(tmp_path: Path) -> None:
+    """Three threads emitting every kind of row (headers of each form, bodies with secrets, refused
+    rows, user patterns, a body bigger than the buffers keep) through several parts: the trace
+    is valid Arrow to the last buffer, every row is there once in seq order, and no secret is kept."""
+    path = tmp_path / "run.parquet"
+    rec = ol.Recorder(path, part_rows=512, redact_patterns=[r"sk-\w+"], redact_headers=["x-mine"])
+    repeated = httpx2.Headers(
+        [(b"Content-Type", b"application/json"), (b"Set-Cookie", b"a=1"), (b"set-cookie", b"b=2")]
+    )
+    single = httpx2.Headers([(b"Server", b"uvicorn"), (b"X-Mine", b"mine-secret")])
+    refused = ({"status": "no"}, {"call": 2**40}, {"bogus": 1}, {"headers": b"raw"}, {"seq": 1}, {"ok": 3})
+    per_thread = 200
+
+    def work(n: int) -> None:
+        for i in range(per_thread):
+            sid = f"s{n}-{i % 7}"
+            create = b'{"env_name":"e","split":"t","index":3,"secrets":{"k":"create-secret"}}'
+            rec.emit(
+                "request",
+                session_id=sid,
+                url="http://127.0.0.1:1/create?token=tok-secret",
+                headers=repeated,
+                body=create,
+            )
+            rec.emit("open", session_id=sid, environment="e", task={"q": [1, 2]})
+            call_body = b'{"name":"tool","input":{"a":"sk-123"}}'
+            rec.emit(
+                "request", session_id=sid, call=i % 3, url="http://127.0.0.1:1/e/call", headers=single, body=call_body
+            )
+            rec.emit("response", session_id=sid, call=i % 3, status=200, headers=[("A", "1")], ttfb_ns=5)
+            rec.emit("event", session_id=sid, call=i % 3, event="chunk", data="x" * (i % 50) + " sk-abc")
+            rec.emit("result", session_id=sid, call=i % 3, ok=bool(i % 2), reward=i, error="failed: sk-1")
+            for bad in refused:
+                with pytest.raises(TypeError):
+                    rec.emit("comment", session_id=sid, comment="refused", **bad)
+            rec.emit("close", session_id=sid)
+
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(work, range(3)))
+    rec.emit("response", body=b"y" * (5 << 20))
+    rec.close()
+    table = ol.load_trace(path).table
+    table.validate(full=True)
+    assert table["seq"].to_pylist() == list(range(3 * per_thread * 7 + 1))
+    rows = table.to_pylist()
+    assert "refused" not in {row["comment"] for row in rows}
+    calls = [row for row in rows if row["kind"] == "result"]
+    assert {(row["environment"], row["split"], row["task_index"], row["tool"]) for row in calls} == {
+        ("e", "t", 3, "tool")
+    }
+    assert all(json.loads(row["input"]) == {"a": "<redacted>"} for row in calls)
+    text = json.dumps([{k: v for k, v in row.items() if k != "body"} for row in rows], default=str)
+    text += "".join(row["body"].decode() for row in rows if row["body"] and len(row["body"]) < 1000)
+    for secret in ("create-secret", "tok-secret", "mine-secret", "sk-"):
+        assert secret not in text
