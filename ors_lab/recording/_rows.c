@@ -341,6 +341,26 @@ static int is_context(const int *s, Py_ssize_t i) {
            i == s[C_INPUT];
 }
 
+/* the user's patterns over some of a row's texts (Recorder._redact_texts): each text is replaced
+ * by its redacted form, borrowed from the tuple returned (NULL on error) */
+static PyObject *redact_texts(Rows *self, PyObject **texts, Py_ssize_t n) {
+    PyObject *args = PyTuple_New(n);
+    if (args == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(args, i, Py_NewRef(texts[i] != NULL ? texts[i] : Py_None));
+    PyObject *method = PyObject_GetAttr((PyObject *)self, M_redact_texts);
+    PyObject *redacted = method != NULL ? PyObject_Call(method, args, NULL) : NULL;
+    Py_XDECREF(method);
+    Py_DECREF(args);
+    if (redacted == NULL) return NULL;
+    if (!PyTuple_CheckExact(redacted) || PyTuple_GET_SIZE(redacted) != n) {
+        Py_DECREF(redacted);
+        PyErr_SetString(PyExc_TypeError, "Recorder._redact_texts must give one text for each it was given");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) texts[i] = PyTuple_GET_ITEM(redacted, i);
+    return redacted;
+}
+
 #define OWN(x) (owned[nowned++] = (x))
 
 /* work out the row's context and redaction, and store every column; the caller rolls back on error */
@@ -401,19 +421,13 @@ static int add_row(Rows *self, PyObject *kind, long long t_ns, PyObject **values
     cells[s[C_LAYER]] = layer;
     cells[s[C_KIND]] = kind;
     if (self->patterns) {
-        PyObject *data = given(values, s[C_DATA]), *comment = given(values, s[C_COMMENT]),
-                 *error = given(values, s[C_ERROR]);
-        PyObject *texts = PyObject_CallMethodObjArgs((PyObject *)self, M_redact_texts, data ? data : Py_None,
-                                                     comment ? comment : Py_None, error ? error : Py_None, NULL);
-        if (texts == NULL) goto done;
-        OWN(texts);
-        if (!PyTuple_CheckExact(texts) || PyTuple_GET_SIZE(texts) != 3) {
-            PyErr_SetString(PyExc_TypeError, "Recorder._redact_texts must give one text for each it was given");
-            goto done;
-        }
-        if (s[C_DATA] >= 0) cells[s[C_DATA]] = PyTuple_GET_ITEM(texts, 0);
-        if (s[C_COMMENT] >= 0) cells[s[C_COMMENT]] = PyTuple_GET_ITEM(texts, 1);
-        if (s[C_ERROR] >= 0) cells[s[C_ERROR]] = PyTuple_GET_ITEM(texts, 2);
+        PyObject *texts[3] = {given(values, s[C_DATA]), given(values, s[C_COMMENT]), given(values, s[C_ERROR])};
+        PyObject *redacted = redact_texts(self, texts, 3);
+        if (redacted == NULL) goto done;
+        OWN(redacted);
+        if (s[C_DATA] >= 0) cells[s[C_DATA]] = texts[0];
+        if (s[C_COMMENT] >= 0) cells[s[C_COMMENT]] = texts[1];
+        if (s[C_ERROR] >= 0) cells[s[C_ERROR]] = texts[2];
     }
     /* every column but the context ones now: a value its column cannot hold fails before any state changes */
     for (Py_ssize_t i = 0; i < self->ncolumns; i++) {
@@ -506,16 +520,12 @@ static int add_row(Rows *self, PyObject *kind, long long t_ns, PyObject **values
         if (tool_input == NULL) tool_input = PyTuple_GET_ITEM(pair, 1);
     }
     if (self->patterns) {
-        PyObject *texts = PyObject_CallMethodObjArgs((PyObject *)self, M_redact_texts,
-                                                     tool_input ? tool_input : Py_None, task ? task : Py_None, NULL);
-        if (texts == NULL) goto done;
-        OWN(texts);
-        if (!PyTuple_CheckExact(texts) || PyTuple_GET_SIZE(texts) != 2) {
-            PyErr_SetString(PyExc_TypeError, "Recorder._redact_texts must give one text for each it was given");
-            goto done;
-        }
-        tool_input = PyTuple_GET_ITEM(texts, 0);
-        task = PyTuple_GET_ITEM(texts, 1);
+        PyObject *texts[2] = {tool_input, task};
+        PyObject *redacted = redact_texts(self, texts, 2);
+        if (redacted == NULL) goto done;
+        OWN(redacted);
+        tool_input = texts[0];
+        task = texts[1];
     }
     if (put(self, s[C_ENVIRONMENT], environment) < 0 || put(self, s[C_SPLIT], split) < 0 ||
         put(self, s[C_TASK_INDEX], task_index) < 0 || put(self, s[C_TASK], task) < 0 ||
