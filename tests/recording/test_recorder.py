@@ -563,3 +563,21 @@ def test_every_path_of_emit_under_threads_gives_valid_arrow(tmp_path: Path) -> N
     text += "".join(row["body"].decode() for row in rows if row["body"] and len(row["body"]) < 1000)
     for secret in ("create-secret", "tok-secret", "mine-secret", "sk-"):
         assert secret not in text
+
+
+def test_settings_that_would_stall_the_recorder_are_refused(tmp_path: Path) -> None:
+    """part_rows below 1 and a flush interval of 0 or less raise ValueError and leave no files."""
+    path = tmp_path / "run.parquet"
+    with pytest.raises(ValueError, match="part_rows must be at least 1, not 0"):
+        ol.Recorder(path, part_rows=0)
+    with pytest.raises(ValueError, match="flush_interval is in seconds and must be above 0, not 0"):
+        ol.Recorder(path, flush_interval=0)
+    assert list(tmp_path.iterdir()) == []
+    with ol.Recorder(path) as rec:
+        with pytest.raises(ValueError, match="not -5"):
+            rec.part_rows = -5
+        rec.part_rows = 3
+        for i in range(7):
+            rec.emit("comment", comment=f"row {i}")
+        assert rec.part_rows == 3
+    assert len(ol.load_trace(path)) == 7
