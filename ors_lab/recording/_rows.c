@@ -150,26 +150,27 @@ static int put_i64(Column *c, long long v) {
     return 0;
 }
 
-/* the bytes of a string or binary value, in parts: the row's value is their concatenation */
-static int put_bytes(Column *c, const char *bytes, Py_ssize_t len) {
-    if (c->kind == K_STRING && c->data_len + len > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of text waiting in one trace column");
-        return -1;
-    }
+static int append_data(Column *c, const char *bytes, Py_ssize_t len) {
     if (grow(&c->data, &c->data_cap, c->data_len + len) < 0) return -1;
     memcpy(c->data + c->data_len, bytes, (size_t)len);
     c->data_len += len;
+    return 0;
+}
+
+/* the row's string or binary value is what append_data wrote since the last one */
+static int end_value(Column *c) {
+    if (c->kind == K_STRING && c->data_len > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of text waiting in one trace column");
+        return -1;
+    }
     set_bit(c->valid, c->n, 1);
     set_offset(c, c->n + 1, c->data_len);
     c->n++;
     return 0;
 }
 
-static int append_data(Column *c, const char *bytes, Py_ssize_t len) {
-    if (grow(&c->data, &c->data_cap, c->data_len + len) < 0) return -1;
-    memcpy(c->data + c->data_len, bytes, (size_t)len);
-    c->data_len += len;
-    return 0;
+static int put_bytes(Column *c, const char *bytes, Py_ssize_t len) {
+    return append_data(c, bytes, len) < 0 ? -1 : end_value(c);
 }
 
 static void reset_column(Column *c) {
@@ -248,13 +249,11 @@ static int put(Rows *self, Py_ssize_t i, PyObject *v) {
     if (v == NULL || v == Py_None) return put_null(c);
     int stored = put_fast(c, v);
     if (stored != 0) return stored < 0 ? -1 : 0;
-    PyObject *cell_value = cell(self, i, v);
-    if (cell_value == NULL) return -1;
-    PyObject *cell = cell_value;
-    if (cell == Py_None) stored = put_null(c) < 0 ? -1 : 1;
-    else stored = put_fast(c, cell);
-    if (stored == 0) PyErr_Format(PyExc_TypeError, "Recorder._cell gave %R for column %zd", cell, i);
-    Py_DECREF(cell);
+    PyObject *converted = cell(self, i, v);
+    if (converted == NULL) return -1;
+    stored = converted == Py_None ? (put_null(c) < 0 ? -1 : 1) : put_fast(c, converted);
+    if (stored == 0) PyErr_Format(PyExc_TypeError, "Recorder._cell gave %R for column %zd", converted, i);
+    Py_DECREF(converted);
     return stored < 0 ? -1 : 0;
 }
 
@@ -292,26 +291,14 @@ static int put_header_list(Rows *self, Column *c, PyObject *headers) {
         names[got] = name;
         known[got++] = entry;
     }
-    if (result == 1) { /* the JSON object, written in place as the row's value */
-        Py_ssize_t start = c->data_len;
+    if (result == 1) { /* the JSON object, written in place as the row's value (emit rolls back a failure) */
         if (append_data(c, "{", 1) < 0) result = -1;
         for (Py_ssize_t j = 0; j < got && result == 1; j++) {
             Py_ssize_t len;
             const char *member = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(known[j], 1), &len);
             if (member == NULL || (j && append_data(c, ",", 1) < 0) || append_data(c, member, len) < 0) result = -1;
         }
-        if (result == 1 && append_data(c, "}", 1) < 0) result = -1;
-        if (result == 1 && c->kind == K_STRING && c->data_len > INT32_MAX) {
-            PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of text waiting in one trace column");
-            result = -1;
-        }
-        if (result == 1) {
-            set_bit(c->valid, c->n, 1);
-            set_offset(c, c->n + 1, c->data_len);
-            c->n++;
-        } else {
-            c->data_len = start;
-        }
+        if (result == 1 && (append_data(c, "}", 1) < 0 || end_value(c) < 0)) result = -1;
     }
     for (Py_ssize_t j = 0; j < got; j++) Py_DECREF(known[j]);
     Py_DECREF(items);

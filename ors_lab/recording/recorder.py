@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 import httpx2
 import pyarrow as pa
@@ -216,7 +216,8 @@ class Recorder(_rows.Rows):
             while self._waiting >= 2 * self.part_rows and self._error is None:
                 self._cond.wait(0.1)
 
-    def _raise_error(self) -> None:
+    def _raise_error(self) -> NoReturn:
+        """The writer's failure, raised where ``emit`` or ``flush`` meets it."""
         raise RuntimeError(f"the trace writer failed: {self._error!r}") from self._error
 
     def _cell(self, index: int, value: Any) -> Any:
@@ -282,7 +283,7 @@ class Recorder(_rows.Rows):
             finally:
                 self._flushers -= 1
         if self._error is not None:
-            raise RuntimeError(f"the trace writer failed: {self._error!r}") from self._error
+            self._raise_error()
 
     # -- the writer thread -----------------------------------------------------------------------
 
