@@ -56,6 +56,8 @@ HEARTBEAT_TIMEOUT = 30.0
 USER_AGENT = "ors-lab/0.1.0"
 EXCHANGE = "ors_lab.exchange"
 """The request extension holding the request's exchange number in the trace (set only when recording)."""
+URL_TEXT = "ors_lab.url"
+"""The request extension holding ``str(request.url)``, made once per path (set only when recording)."""
 SESSION_NOT_FOUND = "Active environment not found"
 
 
@@ -107,7 +109,7 @@ class AsyncClient:
         self._timeout = timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(timeout)
         self.heartbeat_timeout = heartbeat_timeout
         self._extensions = {"timeout": self._timeout.as_dict()}
-        self._urls: dict[str, httpx2.URL] = {}
+        self._urls: dict[str, tuple[httpx2.URL, str]] = {}  # path -> its URL, and the URL as text
         self._transport = transport if transport is not None else AiohttpTransport()
         self._http = httpx2.AsyncClient(
             headers=default_headers,
@@ -173,14 +175,16 @@ class AsyncClient:
             headers.append(("Content-Type", "application/json"))
         if stream:
             headers.append(("Accept", "text/event-stream"))
-        url = self._urls.get(path)
-        if url is None:  # parsing a URL is a good part of a request's cost: once per path
+        known = self._urls.get(path)
+        if known is None:  # parsing a URL is a good part of a request's cost, and so is its text: once per path
             url = httpx2.URL(self.base_url + path)
+            known = (url, str(url))
             if len(self._urls) < 1024:
-                self._urls[path] = url
-        request = httpx2.Request(method, url, headers=headers, content=content, extensions=dict(self._extensions))
+                self._urls[path] = known
+        request = httpx2.Request(method, known[0], headers=headers, content=content, extensions=dict(self._extensions))
         if self.recorder is not None:
             request.extensions[EXCHANGE] = next(EXCHANGES)
+            request.extensions[URL_TEXT] = known[1]
         return request
 
     async def _json(
@@ -225,7 +229,8 @@ class AsyncClient:
 
         With ``stream=False`` the body is read before returning.
         """
-        exchange = request.extensions.get(EXCHANGE)
+        extensions = request.extensions
+        exchange = extensions.get(EXCHANGE)
         if self.recorder is not None:  # straight to the recorder (not through _emit): this runs per request
             self.recorder.emit(
                 "request",
@@ -234,7 +239,7 @@ class AsyncClient:
                 call=call,
                 exchange=exchange,
                 method=request.method,
-                url=str(request.url),
+                url=extensions[URL_TEXT] if URL_TEXT in extensions else str(request.url),
                 headers=request.headers,
                 body=request.content,
             )

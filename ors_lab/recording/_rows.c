@@ -41,9 +41,24 @@ typedef struct {
     Py_ssize_t data_len, data_cap;
 } Column;
 
+/* a header item seen before: the httpx2 item (raw name, lower-case name, value), kept to compare by
+ * content, and what Recorder._header_item made of it. Each response's items are new bytes objects:
+ * hashing their bytes here costs a fraction of hashing them as a tuple key of a dict. */
+#define HEADER_SLOTS 8192 /* a power of two */
+#define HEADER_ITEMS (HEADER_SLOTS / 2) /* kept at most; then forgotten all at once */
 typedef struct {
-    Py_ssize_t n, nulls, data_len;
-} Mark;
+    uint64_t hash;
+    PyObject *item;  /* owned; NULL: an empty slot */
+    PyObject *known; /* owned: (lower-case name, JSON member), redacted */
+} HeaderSlot;
+
+/* the columns of one call's keyword names, in their order. A call site passes the same names each
+ * time, as the same str objects (a call with **fields, in a new tuple each time). */
+#define KW_SLOTS 32
+typedef struct {
+    PyObject *names; /* the keyword names' tuple (owned: its names stay alive while they are here) */
+    signed char columns[MAX_COLUMNS];
+} KwSlot;
 
 /* the columns emit works out itself; -1 where the schema has no such column */
 enum {
@@ -60,7 +75,9 @@ typedef struct {
     Py_ssize_t ncolumns;
     Column columns[MAX_COLUMNS];
     int special[N_SPECIAL];
+    char roles[MAX_COLUMNS];  /* each column's AS_ role in add_row */
     PyObject *index;          /* field name -> column number (-1: a stamped column, ignored as given) */
+    KwSlot kw[KW_SLOTS];      /* keyword names -> their columns, by the names' addresses */
     PyObject *kind_layer;     /* kind -> layer */
     PyObject *agent_layer;    /* the layer of a kind not in kind_layer */
     PyObject *headers_type;   /* httpx2.Headers */
@@ -70,7 +87,8 @@ typedef struct {
     PyObject *sessions;       /* session id -> (environment, split, task_index, task) */
     PyObject *calls;          /* session id -> {call: (tool, input)} */
     PyObject *urls;           /* URL -> (redacted URL, is a /create) */
-    PyObject *header_items;   /* httpx2 header item -> (lower-case name, JSON member), redacted */
+    HeaderSlot *header_items; /* HEADER_SLOTS of them, by hash, open addressing */
+    Py_ssize_t n_header_items;
     PyObject *error;          /* the writer's failure, or None */
     long long t0;             /* monotonic ns at t_ns 0 */
     long long next_seq;
@@ -118,10 +136,11 @@ static int reserve(Column *c, Py_ssize_t rows) {
     return grow(&c->values, &c->values_cap, (is_var(c->kind) ? rows + 1 : rows) * width);
 }
 
-static void set_bit(uint8_t *bits, Py_ssize_t i, int on) {
-    if (on) bits[i / 8] |= (uint8_t)(1u << (i % 8));
-    else bits[i / 8] &= (uint8_t)~(1u << (i % 8));
-}
+/* Bits past a column's last row are 0 (grow, reset_column and roll_back keep them so): a null or a
+ * false is stored by leaving its bits alone. */
+static void set_bit(uint8_t *bits, Py_ssize_t i) { bits[i / 8] |= (uint8_t)(1u << (i % 8)); }
+static void clear_bit(uint8_t *bits, Py_ssize_t i) { bits[i / 8] &= (uint8_t)~(1u << (i % 8)); }
+static int get_bit(const uint8_t *bits, Py_ssize_t i) { return bits[i / 8] >> (i % 8) & 1; }
 
 static int64_t offset_at(Column *c, Py_ssize_t i) {
     return c->kind == K_STRING ? ((int32_t *)c->values)[i] : ((int64_t *)c->values)[i];
@@ -133,17 +152,17 @@ static void set_offset(Column *c, Py_ssize_t i, int64_t offset) {
 }
 
 static int put_null(Column *c) {
-    set_bit(c->valid, c->n, 0);
-    if (c->kind == K_BOOL) set_bit((uint8_t *)c->values, c->n, 0);
+    if (c->kind == K_BOOL) {}
     else if (is_var(c->kind)) set_offset(c, c->n + 1, offset_at(c, c->n));
-    else memset(c->values + c->n * value_width(c->kind), 0, (size_t)value_width(c->kind));
+    else if (value_width(c->kind) == 8) ((int64_t *)c->values)[c->n] = 0; /* a store, not a memset call */
+    else ((int32_t *)c->values)[c->n] = 0;
     c->nulls++;
     c->n++;
     return 0;
 }
 
 static int put_i64(Column *c, long long v) {
-    set_bit(c->valid, c->n, 1);
+    set_bit(c->valid, c->n);
     if (c->kind == K_INT32) ((int32_t *)c->values)[c->n] = (int32_t)v;
     else ((int64_t *)c->values)[c->n] = (int64_t)v;
     c->n++;
@@ -163,7 +182,7 @@ static int end_value(Column *c) {
         PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of text waiting in one trace column");
         return -1;
     }
-    set_bit(c->valid, c->n, 1);
+    set_bit(c->valid, c->n);
     set_offset(c, c->n + 1, c->data_len);
     c->n++;
     return 0;
@@ -174,6 +193,8 @@ static int put_bytes(Column *c, const char *bytes, Py_ssize_t len) {
 }
 
 static void reset_column(Column *c) {
+    if (c->valid != NULL) memset(c->valid, 0, (size_t)(c->n + 7) / 8);
+    if (c->kind == K_BOOL && c->values != NULL) memset(c->values, 0, (size_t)(c->n + 7) / 8);
     c->n = c->nulls = c->data_len = 0;
     if (c->data_cap > (4 << 20)) { /* a 16 MiB body once: do not keep its room for good */
         PyMem_Free(c->data);
@@ -181,6 +202,17 @@ static void reset_column(Column *c) {
         c->data_cap = 0;
     }
     if (is_var(c->kind) && c->values != NULL) set_offset(c, 0, 0);
+}
+
+/* back to `rows` rows: what a refused row stored is forgotten */
+static void roll_back(Column *c, Py_ssize_t rows) {
+    if (c->n > rows) {
+        if (!get_bit(c->valid, rows)) c->nulls--;
+        clear_bit(c->valid, rows);
+        if (c->kind == K_BOOL) clear_bit((uint8_t *)c->values, rows);
+        c->n = rows;
+    }
+    if (is_var(c->kind)) c->data_len = offset_at(c, rows); /* where the row's data began */
 }
 
 static void free_column(Column *c) {
@@ -210,15 +242,15 @@ static int put_fast(Column *c, PyObject *v) {
             x = PyLong_AsDouble(v);
             if (x == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
         } else return 0;
-            set_bit(c->valid, c->n, 1);
+        set_bit(c->valid, c->n);
         ((double *)c->values)[c->n] = x;
         c->n++;
         return 1;
     }
     case K_BOOL:
         if (v != Py_True && v != Py_False) return 0;
-            set_bit(c->valid, c->n, 1);
-        set_bit((uint8_t *)c->values, c->n, v == Py_True);
+        set_bit(c->valid, c->n);
+        if (v == Py_True) set_bit((uint8_t *)c->values, c->n);
         c->n++;
         return 1;
     case K_STRING: case K_LARGE_STRING: {
@@ -257,6 +289,69 @@ static int put(Rows *self, Py_ssize_t i, PyObject *v) {
     return stored < 0 ? -1 : 0;
 }
 
+static uint64_t mix(uint64_t hash, uint64_t word) {
+    hash = (hash ^ word) * 0x9e3779b97f4a7c15ULL;
+    return hash ^ hash >> 32;
+}
+
+static uint64_t hash_bytes(uint64_t hash, PyObject *bytes) { /* eight bytes at a time */
+    const char *p = PyBytes_AS_STRING(bytes);
+    Py_ssize_t n = PyBytes_GET_SIZE(bytes);
+    uint64_t word;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&word, p, 8);
+        hash = mix(hash, word);
+    }
+    word = (uint64_t)n << 56;
+    for (Py_ssize_t i = 0; i < n; i++) word |= (uint64_t)(unsigned char)p[i] << (8 * i);
+    return mix(hash, word);
+}
+
+static int same_bytes(PyObject *a, PyObject *b) {
+    return a == b || (PyBytes_GET_SIZE(a) == PyBytes_GET_SIZE(b) &&
+                      memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(a)) == 0);
+}
+
+static void forget_header_items(Rows *self) {
+    for (Py_ssize_t i = 0; self->header_items != NULL && i < HEADER_SLOTS; i++) {
+        Py_CLEAR(self->header_items[i].item);
+        Py_CLEAR(self->header_items[i].known);
+    }
+    self->n_header_items = 0;
+}
+
+/* (lower-case name, JSON member) of an httpx2 header item, redacted: cached, or made by
+ * Recorder._header_item; a new reference. NULL with no error set: not an item of the httpx2 this was
+ * written against. */
+static PyObject *header_item(Rows *self, PyObject *item) {
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 3 || !PyBytes_CheckExact(PyTuple_GET_ITEM(item, 0)) ||
+        !PyBytes_CheckExact(PyTuple_GET_ITEM(item, 2)))
+        return NULL;
+    PyObject *name = PyTuple_GET_ITEM(item, 0), *value = PyTuple_GET_ITEM(item, 2);
+    uint64_t hash = hash_bytes(hash_bytes(0, name), value);
+    size_t i = (size_t)(hash ^ hash >> 29) & (HEADER_SLOTS - 1);
+    for (; self->header_items[i].item != NULL; i = (i + 1) & (HEADER_SLOTS - 1)) {
+        HeaderSlot *slot = &self->header_items[i];
+        if (slot->hash == hash && same_bytes(PyTuple_GET_ITEM(slot->item, 0), name) &&
+            same_bytes(PyTuple_GET_ITEM(slot->item, 2), value))
+            return Py_NewRef(slot->known);
+    }
+    PyObject *known = PyObject_CallMethodObjArgs((PyObject *)self, M_header_item, item, NULL);
+    if (known == NULL) return NULL;
+    if (!PyTuple_CheckExact(known) || PyTuple_GET_SIZE(known) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(known, 1))) {
+        Py_DECREF(known);
+        PyErr_SetString(PyExc_TypeError, "Recorder._header_item must give (name, JSON member)");
+        return NULL;
+    }
+    if (self->n_header_items >= HEADER_ITEMS) { /* a server's dates and lengths: forget them all, now and then */
+        forget_header_items(self);
+        i = (size_t)(hash ^ hash >> 29) & (HEADER_SLOTS - 1);
+    }
+    self->header_items[i] = (HeaderSlot){hash, Py_NewRef(item), Py_NewRef(known)};
+    self->n_header_items++;
+    return known;
+}
+
 /* httpx2.Headers as the JSON object of its redacted items, from the cache of their JSON members.
  * 1 stored, 0 not stored (a repeated name, or not the httpx2 this was written against), -1 error. */
 static int put_header_list(Rows *self, Column *c, PyObject *headers) {
@@ -270,19 +365,8 @@ static int put_header_list(Rows *self, Column *c, PyObject *headers) {
     int result = 1;
     if (n > 64) { Py_DECREF(items); return 0; }
     for (Py_ssize_t i = 0; i < n && result == 1; i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        PyObject *entry = PyDict_GetItemWithError(self->header_items, item);
-        if (entry != NULL) Py_INCREF(entry);
-        else if (PyErr_Occurred()) { result = -1; break; }
-        else entry = PyObject_CallMethodObjArgs((PyObject *)self, M_header_item, item, NULL);
-        if (entry == NULL) { result = -1; break; }
-        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
-            !PyUnicode_CheckExact(PyTuple_GET_ITEM(entry, 1))) {
-            Py_DECREF(entry);
-            PyErr_SetString(PyExc_TypeError, "Recorder._header_item must give (name, JSON member)");
-            result = -1;
-            break;
-        }
+        PyObject *entry = header_item(self, PyList_GET_ITEM(items, i));
+        if (entry == NULL) { result = PyErr_Occurred() ? -1 : 0; break; }
         PyObject *name = PyTuple_GET_ITEM(entry, 0);
         for (Py_ssize_t j = 0; j < got; j++) {
             int same = names[j] == name ? 1 : PyObject_RichCompareBool(names[j], name, Py_EQ);
@@ -327,6 +411,9 @@ static int is_context(const int *s, Py_ssize_t i) {
     return i == s[C_ENVIRONMENT] || i == s[C_SPLIT] || i == s[C_TASK_INDEX] || i == s[C_TASK] || i == s[C_TOOL] ||
            i == s[C_INPUT];
 }
+
+/* what add_row does with each column: of the context, worked out by emit, or stored as given */
+enum { AS_GIVEN, AS_CONTEXT, AS_SEQ, AS_T_NS, AS_HEADERS };
 
 /* the user's patterns over some of a row's texts (Recorder._redact_texts): each text is replaced
  * by its redacted form, borrowed from the tuple returned (NULL on error) */
@@ -418,10 +505,11 @@ static int add_row(Rows *self, PyObject *kind, long long t_ns, PyObject **values
     }
     /* every column but the context ones now: a value its column cannot hold fails before any state changes */
     for (Py_ssize_t i = 0; i < self->ncolumns; i++) {
-        if (is_context(s, i)) continue;
-        if (i == s[C_SEQ]) { if (put_i64(&self->columns[i], self->next_seq) < 0) goto done; continue; }
-        if (i == s[C_T_NS]) { if (put_i64(&self->columns[i], t_ns) < 0) goto done; continue; }
-        if (i == s[C_HEADERS] && header_list) {
+        int role = self->roles[i];
+        if (role == AS_CONTEXT) continue;
+        if (role == AS_SEQ) { if (put_i64(&self->columns[i], self->next_seq) < 0) goto done; continue; }
+        if (role == AS_T_NS) { if (put_i64(&self->columns[i], t_ns) < 0) goto done; continue; }
+        if (role == AS_HEADERS && header_list) {
             int stored = put_header_list(self, &self->columns[i], headers);
             if (stored < 0) goto done;
             if (stored == 1) continue;
@@ -535,20 +623,23 @@ static int room_for_a_row(Rows *self) {
     return 0;
 }
 
-static PyObject *Rows_emit(Rows *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    if (nargs != 1 || !PyUnicode_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "emit(kind, /, **fields) takes the kind as a str, then column values by name");
+/* the column of each keyword name, from the cache of call sites' tuples (NULL with an error set) */
+static const signed char *columns_of(Rows *self, PyObject *kwnames) {
+    Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+    uintptr_t hash = (uintptr_t)nkw;
+    for (Py_ssize_t k = 0; k < nkw; k++) hash = hash * 1000003u ^ ((uintptr_t)PyTuple_GET_ITEM(kwnames, k) >> 4);
+    KwSlot *slot = &self->kw[(hash ^ hash >> 15) % KW_SLOTS];
+    if (slot->names == kwnames) return slot->columns;
+    if (slot->names != NULL && PyTuple_GET_SIZE(slot->names) == nkw) {
+        Py_ssize_t k = 0;
+        while (k < nkw && PyTuple_GET_ITEM(slot->names, k) == PyTuple_GET_ITEM(kwnames, k)) k++;
+        if (k == nkw) return slot->columns;
+    }
+    if (nkw > self->ncolumns) {
+        PyErr_SetString(PyExc_TypeError, "more fields than the trace has columns");
         return NULL;
     }
-    if (!self->configured) {
-        PyErr_SetString(PyExc_RuntimeError, "the recorder is not set up");
-        return NULL;
-    }
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    long long t_ns = (long long)now.tv_sec * 1000000000LL + now.tv_nsec - self->t0;
-    PyObject *values[MAX_COLUMNS] = {NULL};
-    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    signed char columns[MAX_COLUMNS];
     for (Py_ssize_t k = 0; k < nkw; k++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, k);
         PyObject *number = PyDict_GetItemWithError(self->index, name);
@@ -562,7 +653,31 @@ static PyObject *Rows_emit(Rows *self, PyObject *const *args, Py_ssize_t nargs, 
             PyErr_Format(PyExc_TypeError, "%R is stamped by the recorder, not given to emit", name);
             return NULL;
         }
-        values[i] = args[1 + k];
+        columns[k] = (signed char)i;
+    }
+    Py_XSETREF(slot->names, Py_NewRef(kwnames));
+    memcpy(slot->columns, columns, (size_t)nkw);
+    return slot->columns;
+}
+
+static PyObject *Rows_emit(Rows *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (nargs != 1 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "emit(kind, /, **fields) takes the kind as a str, then column values by name");
+        return NULL;
+    }
+    if (!self->configured) {
+        PyErr_SetString(PyExc_RuntimeError, "the recorder is not set up");
+        return NULL;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long t_ns = (long long)now.tv_sec * 1000000000LL + now.tv_nsec - self->t0;
+    PyObject *values[MAX_COLUMNS];
+    memset(values, 0, sizeof(PyObject *) * (size_t)self->ncolumns);
+    if (kwnames != NULL) {
+        const signed char *columns = columns_of(self, kwnames);
+        if (columns == NULL) return NULL;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); k++) values[columns[k]] = args[1 + k];
     }
     lock(self);
     if (self->closing) {
@@ -574,23 +689,14 @@ static PyObject *Rows_emit(Rows *self, PyObject *const *args, Py_ssize_t nargs, 
         PyThread_release_lock(self->lock);
         return NULL;
     }
-    Mark marks[MAX_COLUMNS];
-    for (Py_ssize_t i = 0; i < self->ncolumns; i++) {
-        Column *c = &self->columns[i];
-        marks[i] = (Mark){c->n, c->nulls, c->data_len};
-    }
+    Py_ssize_t rows = self->columns[0].n;
     if (add_row(self, args[0], t_ns, values) < 0) {
-        for (Py_ssize_t i = 0; i < self->ncolumns; i++) { /* the row leaves nothing behind */
-            Column *c = &self->columns[i];
-            c->n = marks[i].n;
-            c->nulls = marks[i].nulls;
-            c->data_len = marks[i].data_len;
-        }
+        for (Py_ssize_t i = 0; i < self->ncolumns; i++) roll_back(&self->columns[i], rows); /* nothing left behind */
         PyThread_release_lock(self->lock);
         return NULL;
     }
     self->next_seq++;
-    Py_ssize_t rows = self->columns[0].n;
+    rows++;
     PyThread_release_lock(self->lock);
     if (rows == self->part_rows || rows >= 2 * self->part_rows) {
         /* a part's worth waiting: wake the writer; twice that: wait for it, so memory stays bounded */
@@ -654,8 +760,11 @@ static PyObject *Rows_setup(Rows *self, PyObject *args) {
         }
     }
     self->ncolumns = n;
+    const int *s = self->special;
     for (Py_ssize_t i = 0; i < n; i++) {
         reset_column(&self->columns[i]);
+        self->roles[i] = is_context(s, i) ? AS_CONTEXT : i == s[C_SEQ] ? AS_SEQ : i == s[C_T_NS] ? AS_T_NS
+                       : i == s[C_HEADERS] ? AS_HEADERS : AS_GIVEN;
     }
     Py_XSETREF(self->index, index);
     Py_XSETREF(self->kind_layer, Py_NewRef(kind_layer));
@@ -711,7 +820,7 @@ static PyObject *Rows_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     self->sessions = PyDict_New();
     self->calls = PyDict_New();
     self->urls = PyDict_New();
-    self->header_items = PyDict_New();
+    self->header_items = PyMem_Calloc(HEADER_SLOTS, sizeof(HeaderSlot));
     self->no_context = PyTuple_Pack(4, Py_None, Py_None, Py_None, Py_None);
     self->no_call = PyTuple_Pack(2, Py_None, Py_None);
     self->error = Py_NewRef(Py_None);
@@ -727,6 +836,7 @@ static PyObject *Rows_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
 static int Rows_traverse(Rows *self, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->index);
+    for (int j = 0; j < KW_SLOTS; j++) Py_VISIT(self->kw[j].names);
     Py_VISIT(self->kind_layer);
     Py_VISIT(self->agent_layer);
     Py_VISIT(self->headers_type);
@@ -736,13 +846,17 @@ static int Rows_traverse(Rows *self, visitproc visit, void *arg) {
     Py_VISIT(self->sessions);
     Py_VISIT(self->calls);
     Py_VISIT(self->urls);
-    Py_VISIT(self->header_items);
+    for (Py_ssize_t i = 0; self->header_items != NULL && i < HEADER_SLOTS; i++) {
+        Py_VISIT(self->header_items[i].item);
+        Py_VISIT(self->header_items[i].known);
+    }
     Py_VISIT(self->error);
     return 0;
 }
 
 static int Rows_clear(Rows *self) {
     Py_CLEAR(self->index);
+    for (int j = 0; j < KW_SLOTS; j++) Py_CLEAR(self->kw[j].names);
     Py_CLEAR(self->kind_layer);
     Py_CLEAR(self->agent_layer);
     Py_CLEAR(self->headers_type);
@@ -752,7 +866,7 @@ static int Rows_clear(Rows *self) {
     Py_CLEAR(self->sessions);
     Py_CLEAR(self->calls);
     Py_CLEAR(self->urls);
-    Py_CLEAR(self->header_items);
+    forget_header_items(self);
     Py_CLEAR(self->error);
     self->configured = 0;
     return 0;
@@ -762,6 +876,7 @@ static void Rows_dealloc(Rows *self) {
     PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     Rows_clear(self);
+    PyMem_Free(self->header_items);
     for (Py_ssize_t i = 0; i < MAX_COLUMNS; i++) free_column(&self->columns[i]);
     if (self->lock != NULL) PyThread_free_lock(self->lock);
     type->tp_free((PyObject *)self);
@@ -784,7 +899,7 @@ static PyMemberDef Rows_members[] = {
     {"_sessions", T_OBJECT, offsetof(Rows, sessions), READONLY, "session id -> its context"},
     {"_calls", T_OBJECT, offsetof(Rows, calls), READONLY, "session id -> {call: (tool, input)}"},
     {"_urls", T_OBJECT, offsetof(Rows, urls), READONLY, "URL -> (redacted URL, is a /create)"},
-    {"_header_items", T_OBJECT, offsetof(Rows, header_items), READONLY, "httpx2 header item -> (name, JSON member)"},
+    {"_header_items", T_PYSSIZET, offsetof(Rows, n_header_items), READONLY, "header items cached"},
     {"_error", T_OBJECT, offsetof(Rows, error), 0, "the writer's failure, or None"},
     {"_t0", T_LONGLONG, offsetof(Rows, t0), 0, "monotonic ns at t_ns 0"},
     {"_next_seq", T_LONGLONG, offsetof(Rows, next_seq), 0, "the seq of the next row"},

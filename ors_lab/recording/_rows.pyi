@@ -14,7 +14,8 @@ class Rows:
     _sessions: dict[Any, tuple[Any, ...]]
     _calls: dict[Any, dict[int, tuple[Any, Any]]]
     _urls: dict[Any, tuple[str, bool]]
-    _header_items: dict[tuple[bytes, ...], tuple[str, str]]
+    @property
+    def _header_items(self) -> int: ...
     _error: BaseException | None
     _t0: int
     _next_seq: int

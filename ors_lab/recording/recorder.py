@@ -67,7 +67,6 @@ PART = ".arrow"
 SESSION_COLUMNS = ("environment", "split", "task_index", "task")
 COMPACT_ROWS = 16_384
 BODIES = 1_024  # request bodies kept with what they name: a run sends the same few /create and /call bodies again
-HEADER_ITEMS = 4_096  # redacted header items kept: a client sends the same few headers again and again
 URLS = 10_000  # redacted URLs kept: a run asks the same few
 
 STAMPED = ("run_id", "wall")
@@ -168,9 +167,10 @@ class Recorder(_rows.Rows):
         self.compression = compression
         self.created = dt.datetime.now(dt.UTC)
         # emit's state (Rows): _sessions (session id -> its SESSION_COLUMNS values), _calls (session
-        # id -> call -> tool, input), _urls (URL -> redacted, is a /create), _header_items (an httpx2
-        # header item -> its lower-case name and JSON member, redacted), _next_seq, _t0, _closing,
-        # _error; _waiting counts the rows stored and not yet taken by the writer
+        # id -> call -> tool, input), _urls (URL -> redacted, is a /create), _header_items (how many
+        # httpx2 header items it keeps, with their lower-case names and JSON members, redacted: 4,096
+        # at most), _next_seq, _t0, _closing, _error; _waiting counts the rows stored and not yet taken
+        # by the writer
         self._setup(ROW_COLUMNS, STAMPED, KIND_LAYER, "agent", httpx2.Headers, _json)
         # t_ns goes on from where an appended trace stopped, so it never runs backwards in one file
         self._t0 = time.monotonic_ns() - first_ns
@@ -390,13 +390,10 @@ class Recorder(_rows.Rows):
 
     def _header_item(self, item: tuple[bytes, ...]) -> tuple[str, str]:
         """One httpx2 header item (raw name, lower-case name, value) seen for the first time: its
-        lower-case name and ``"name":"value"`` JSON member, redacted, and cached for ``emit``. A
-        client sends the same few headers again and again, and a server answers with the same few."""
+        lower-case name and ``"name":"value"`` JSON member, redacted, for ``emit`` to keep. A client
+        sends the same few headers again and again, and a server answers with the same few."""
         ((key, redacted),) = self.redactor.header_items(_decoded([(item[0], item[-1])])).items()
-        if len(self._header_items) >= HEADER_ITEMS:
-            self._header_items.clear()
-        known = self._header_items[item] = (key, f"{_ENCODER.encode(key)}:{_ENCODER.encode(redacted)}")
-        return known
+        return key, f"{_ENCODER.encode(key)}:{_ENCODER.encode(redacted)}"
 
     # -- closing ---------------------------------------------------------------------------------
 

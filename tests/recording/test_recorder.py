@@ -483,6 +483,53 @@ def test_a_value_its_column_cannot_hold_is_refused_by_its_own_emit(tmp_path: Pat
     assert events["environment"].isna().all()  # the refused open left no context for s2
 
 
+def test_a_refused_row_leaves_no_value_in_any_column(tmp_path: Path) -> None:
+    """A row refused at its last column had stored its other values first: none of them is left for
+    the next row, whose columns are null where it gives nothing (bools and texts alike)."""
+    path = tmp_path / "run.parquet"
+    with ol.Recorder(path) as rec:
+        with pytest.raises(TypeError, match=r"trace column 'backoff'"):
+            rec.emit("result", ok=True, finished=True, reward=1.0, data="kept?", status=200, backoff="soon")
+        rec.emit("result", session_id="s1")
+        rec.emit("result", ok=False, finished=True, data="", backoff=0.5)
+    rows = ol.load_trace(path).table.to_pylist()
+    assert [(r["ok"], r["finished"], r["reward"], r["data"], r["status"], r["backoff"]) for r in rows] == [
+        (None, None, None, None, None, None),
+        (False, True, None, "", None, 0.5),
+    ]
+
+
+def test_fields_land_in_their_columns_whatever_the_call(tmp_path: Path) -> None:
+    """The same fields in other orders, by name or as **fields, each in their own column."""
+    path = tmp_path / "run.parquet"
+    fields = {"status": 201, "size": 7, "event": "e", "data": "d"}
+    with ol.Recorder(path) as rec:
+        for _ in range(3):
+            rec.emit("event", status=201, size=7, event="e", data="d")
+            rec.emit("event", data="d", event="e", size=7, status=201)
+            rec.emit("event", **fields)
+            rec.emit("event", **dict(reversed(fields.items())))
+            rec.emit("event", size=7, **{"data": "d", "status": 201}, event="e")
+    rows = ol.load_trace(path).table.to_pylist()
+    assert len(rows) == 15
+    assert {(r["status"], r["size"], r["event"], r["data"]) for r in rows} == {(201, 7, "e", "d")}
+
+
+def test_header_items_past_the_cache_are_recorded_right(tmp_path: Path) -> None:
+    """A server's date changes every second: past the 4,096 header items the recorder keeps, it
+    forgets them and goes on, each response's headers recorded as they were."""
+    path = tmp_path / "run.parquet"
+    n = 5_000
+    with ol.Recorder(path) as rec:
+        for i in range(n):
+            headers = httpx2.Headers([(b"Server", b"uvicorn"), (b"Date", f"day {i}".encode()), (b"X-Api-Key", b"k3y")])
+            rec.emit("response", status=200, headers=headers)
+            assert rec._header_items <= 4_096
+    recorded = [json.loads(text) for text in ol.load_trace(path).table["headers"].to_pylist()]
+    assert recorded == [{"server": "uvicorn", "date": f"day {i}", "x-api-key": "<redacted>"} for i in range(n)]
+    assert b"k3y" not in path.read_bytes()
+
+
 def test_values_arrow_converts_are_stored_as_arrow_converts_them(tmp_path: Path) -> None:
     """Values of other types than the column's own are stored as Arrow converts them: an int reward
     as a float, a dict task and a list input as JSON text, bytearray and str bodies as bytes."""
