@@ -1,6 +1,6 @@
 """Recording benchmark: what recording costs the client, how fast the recorder writes, how fast traces load.
 
-    python bench/recording.py              # 5 steady overhead rounds (20+ batches), 1M-event writes: 4-8 minutes
+    python bench/recording.py              # 12 overhead rounds (48 batches), 1M-event writes: 5-6 minutes
     python bench/recording.py --quick      # 1 round of small batches, 200k-event writes (a smoke test, noisy)
     python bench/recording.py --check      # exit 1 if a target is missed
 
@@ -12,8 +12,9 @@ peak RSS never mix:
    without a recorder and once with ``recorder=Recorder(...)``, each batch against a freshly
    started ors-sdk server (see bench/client.py for why). Each round runs four batches, plain,
    recorded, recorded, plain (the next round recorded, plain, plain, recorded), so a drift of the
-   machine's speed within a round cancels out; the figure is the median over rounds of the
-   round's recorded ÷ plain episodes/s (the mean of its two batches of each). The recorded
+   machine's speed within a round cancels out; the figure is the median over all rounds of the
+   round's recorded ÷ plain episodes/s (the mean of its two batches of each), with a bootstrap 95%
+   interval: on a host whose speed swings, the interval says how far one run can be trusted. The recorded
    worker then closes the recorder and checks the trace (one finished episode with reward 1.0 per
    episode run), so a recorder that drops events cannot post a good figure.
 2. **Sustained write rate.** Synthetic events through ``Recorder.emit`` until ``close()`` returns
@@ -37,6 +38,7 @@ import asyncio
 import gc
 import json
 import os
+import random
 import resource
 import statistics
 import sys
@@ -66,8 +68,8 @@ from bench.client import (  # noqa: E402
 
 CONCURRENCY = 32
 TARGET_OVERHEAD = 0.95  # recorded ÷ plain episodes/s, at least
-STEADY = 0.10  # a round counts if its two plain batches' episodes/s are within 10% of each other
-MAX_ROUNDS_FACTOR = 3  # run up to 3x the rounds asked for, to find that many steady ones
+ROUNDS = 12  # overhead rounds of 4 batches each, all counted
+BOOTSTRAP = 10_000  # resamples of the rounds for the interval around their median
 TARGET_RSS_MB = 150.0  # peak RSS over the baseline while recording 1M events, below
 TARGET_LOAD = 1.5  # load_trace(path).events ÷ read_table(path).to_pandas(), at most
 WORKER_TIMEOUT = 300.0
@@ -334,20 +336,28 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """A bootstrap interval for the median of ``values`` (percentiles of resampled medians)."""
+    if len(values) < 2:
+        return None
+    rng = random.Random(0)  # the same interval for the same rounds
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(BOOTSTRAP))
+    tail = (1 - level) / 2
+    return medians[int(tail * BOOTSTRAP)], medians[int((1 - tail) * BOOTSTRAP) - 1]
+
+
 def measure_overhead(rounds: int, warmup: int, episodes: int, workdir: str, quiet: QuietWaiter) -> dict[str, Any]:
     """Rounds of plain, recorded, recorded, plain batches (mirrored every other round), each on a fresh server.
 
-    A round counts only if the machine ran at one speed through it: its two plain batches (the same
-    work) within STEADY of each other. Other rounds are shown, marked, and run again, up to
-    MAX_ROUNDS_FACTOR x ``rounds`` rounds in all; if too few were steady, every round counts and
-    the figure is marked NOISY.
+    Every round counts, and the figure is the median of the rounds' ratios, with a bootstrap 95%
+    interval. The two modes are treated alike: half the rounds put the plain batches at the ends,
+    half in the middle, and no round is kept or dropped by what one mode did (a rule that dropped
+    rounds whose two plain batches differed, used before, looked at one mode only).
     """
     from ors_lab.demo.launch import serve
 
     results: list[dict[str, Any]] = []
-    steady: list[int] = []
-    round_number = 0
-    while len(steady) < rounds and round_number < MAX_ROUNDS_FACTOR * rounds:
+    for round_number in range(rounds):
         order = ("plain", "recorded", "recorded", "plain")
         if round_number % 2:
             order = ("recorded", "plain", "plain", "recorded")
@@ -374,19 +384,10 @@ def measure_overhead(rounds: int, warmup: int, episodes: int, workdir: str, quie
                 f"other load {r['outside_cores']:.2f} cores{extra}" + (f"  BAD: {r['bad'][:2]}" if r["bad"] else ""),
                 flush=True,
             )
-        plain = [r["eps"] for r in results if r["round"] == round_number and r["mode"] == "plain"]
-        if max(plain) <= (1 + STEADY) * min(plain):
-            steady.append(round_number)
-        else:
-            print(f"  round {round_number + 1}: NOT STEADY (plain batches {min(plain):.1f} and {max(plain):.1f} "
-                  f"episodes/s differ by more than {STEADY:.0%}); not counted", flush=True)  # fmt: skip
-        round_number += 1
-    noisy = len(steady) < rounds
-    counted = set(range(round_number)) if noisy else set(steady)
-    good = [r for r in results if not r["bad"] and r["round"] in counted]
+    good = [r for r in results if not r["bad"]]
     by_mode = {mode: [r for r in good if r["mode"] == mode] for mode in ("plain", "recorded")}
     paired = []
-    for number in sorted(counted):
+    for number in range(rounds):
         runs = [r for r in good if r["round"] == number]
         plain_eps = [r["eps"] for r in runs if r["mode"] == "plain"]
         recorded_eps = [r["eps"] for r in runs if r["mode"] == "recorded"]
@@ -395,9 +396,7 @@ def measure_overhead(rounds: int, warmup: int, episodes: int, workdir: str, quie
     summary: dict[str, Any] = {
         "paired": paired,
         "bad": [b for r in results for b in r["bad"]],
-        "rounds_run": round_number,
-        "rounds_steady": len(steady),
-        "noisy_host": noisy,
+        "rounds_run": rounds,
     }
     for mode, runs in by_mode.items():
         for key in ("eps", "cpu_ms", "server_cpu_ms", "outside_cores"):
@@ -407,6 +406,7 @@ def measure_overhead(rounds: int, warmup: int, episodes: int, workdir: str, quie
         values = [r[key] for r in by_mode["recorded"]]
         summary[key] = statistics.median(values) if values else None
     summary["ratio"] = statistics.median(paired) if paired else None
+    summary["interval"] = median_interval(paired)
     summary["other_load"] = statistics.median(r["outside_cores"] for r in good) if good else None
     return summary
 
@@ -469,13 +469,8 @@ def benchmark(args: argparse.Namespace) -> int:
     paired = ", ".join(f"{p:.3f}" for p in overhead["paired"])
     other = overhead["other_load"]
     noisy = f"; NOISY: median other load {other:.2f} cores" if other is not None and other > QUIET_CORES else ""
-    if overhead["noisy_host"]:
-        noisy += (
-            f"; NOISY HOST: only {overhead['rounds_steady']} of {overhead['rounds_run']} rounds steady, all counted"
-        )
-    steadiness = f"{len(overhead['paired'])} steady rounds of {overhead['rounds_run']}"
-    if overhead["noisy_host"]:
-        steadiness = f"all {overhead['rounds_run']} rounds"
+    interval = overhead["interval"]
+    spread = "" if interval is None else f"; 95% interval {interval[0]:.3f}-{interval[1]:.3f}"
     rss_note = "" if million else f" (run with {events:,} events, not 1M)"
 
     print(f"\nMedians ({elapsed:.0f} s in all; other load is CPU busy outside the client and the server):\n")
@@ -497,10 +492,10 @@ def benchmark(args: argparse.Namespace) -> int:
             f"{fmt(overhead['recorded_outside_cores'], 2)}",
         ),
         (
-            f"**recording overhead**: recorded ÷ plain episodes/s (median over {steadiness})",
+            f"**recording overhead**: recorded ÷ plain episodes/s (median over {len(overhead['paired'])} rounds)",
             fmt(ratio, 3),
             f">= {TARGET_OVERHEAD}",
-            f"{verdict['recording overhead']} (rounds: {paired}){noisy}",
+            f"{verdict['recording overhead']} (rounds: {paired}{spread}){noisy}",
         ),
         (
             "client CPU ms/episode: recorded − plain (of which the writer thread)",
@@ -560,7 +555,9 @@ def benchmark(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="python bench/recording.py")
-    parser.add_argument("--rounds", type=int, default=5, help="steady overhead rounds of 4 batches each (default 5)")
+    parser.add_argument(
+        "--rounds", type=int, default=ROUNDS, help=f"overhead rounds of 4 batches each (default {ROUNDS})"
+    )
     parser.add_argument("--episodes", type=int, default=500, help="measured episodes per overhead batch (default 500)")
     parser.add_argument("--events", type=int, default=1_000_000, help="synthetic events per write run (default 1M)")
     parser.add_argument("--load-runs", type=int, default=5, help="timed runs of each way of loading (default 5)")
