@@ -396,7 +396,6 @@ def measure_overhead(rounds: int, warmup: int, episodes: int, workdir: str, quie
     summary: dict[str, Any] = {
         "paired": paired,
         "bad": [b for r in results for b in r["bad"]],
-        "rounds_run": rounds,
     }
     for mode, runs in by_mode.items():
         for key in ("eps", "cpu_ms", "server_cpu_ms", "outside_cores"):

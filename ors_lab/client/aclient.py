@@ -229,8 +229,7 @@ class AsyncClient:
 
         With ``stream=False`` the body is read before returning.
         """
-        extensions = request.extensions
-        exchange = extensions.get(EXCHANGE)
+        exchange = request.extensions.get(EXCHANGE)
         if self.recorder is not None:  # straight to the recorder (not through _emit): this runs per request
             self.recorder.emit(
                 "request",
@@ -239,7 +238,7 @@ class AsyncClient:
                 call=call,
                 exchange=exchange,
                 method=request.method,
-                url=extensions[URL_TEXT] if URL_TEXT in extensions else str(request.url),
+                url=request.extensions.get(URL_TEXT) or str(request.url),
                 headers=request.headers,
                 body=request.content,
             )

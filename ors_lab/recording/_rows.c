@@ -151,11 +151,10 @@ static void set_offset(Column *c, Py_ssize_t i, int64_t offset) {
     else ((int64_t *)c->values)[i] = offset;
 }
 
-static int put_null(Column *c) {
-    if (c->kind == K_BOOL) {}
-    else if (is_var(c->kind)) set_offset(c, c->n + 1, offset_at(c, c->n));
+static int put_null(Column *c) { /* a bool's bits are 0 already */
+    if (is_var(c->kind)) set_offset(c, c->n + 1, offset_at(c, c->n));
     else if (value_width(c->kind) == 8) ((int64_t *)c->values)[c->n] = 0; /* a store, not a memset call */
-    else ((int32_t *)c->values)[c->n] = 0;
+    else if (c->kind == K_INT32) ((int32_t *)c->values)[c->n] = 0;
     c->nulls++;
     c->n++;
     return 0;
@@ -312,6 +311,8 @@ static int same_bytes(PyObject *a, PyObject *b) {
                       memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(a)) == 0);
 }
 
+static size_t first_slot(uint64_t hash) { return (size_t)(hash ^ hash >> 29) & (HEADER_SLOTS - 1); }
+
 static void forget_header_items(Rows *self) {
     for (Py_ssize_t i = 0; self->header_items != NULL && i < HEADER_SLOTS; i++) {
         Py_CLEAR(self->header_items[i].item);
@@ -329,7 +330,7 @@ static PyObject *header_item(Rows *self, PyObject *item) {
         return NULL;
     PyObject *name = PyTuple_GET_ITEM(item, 0), *value = PyTuple_GET_ITEM(item, 2);
     uint64_t hash = hash_bytes(hash_bytes(0, name), value);
-    size_t i = (size_t)(hash ^ hash >> 29) & (HEADER_SLOTS - 1);
+    size_t i = first_slot(hash);
     for (; self->header_items[i].item != NULL; i = (i + 1) & (HEADER_SLOTS - 1)) {
         HeaderSlot *slot = &self->header_items[i];
         if (slot->hash == hash && same_bytes(PyTuple_GET_ITEM(slot->item, 0), name) &&
@@ -345,7 +346,7 @@ static PyObject *header_item(Rows *self, PyObject *item) {
     }
     if (self->n_header_items >= HEADER_ITEMS) { /* a server's dates and lengths: forget them all, now and then */
         forget_header_items(self);
-        i = (size_t)(hash ^ hash >> 29) & (HEADER_SLOTS - 1);
+        i = first_slot(hash);
     }
     self->header_items[i] = (HeaderSlot){hash, Py_NewRef(item), Py_NewRef(known)};
     self->n_header_items++;

@@ -8,8 +8,8 @@ How a trace is written, and why it survives a crash:
   an Arrow array's. What is rare or needs Python's libraries is a method here that ``emit`` calls:
   a URL or header item seen for the first time, a ``/create`` or ``/call`` body, an ``open`` row,
   a body that may hold secrets, the user's patterns, a value of an unusual type. Storing a row
-  makes no Python object and leaves nothing to convert later: recording adds about 0.4 ms of
-  client CPU to a quiz episode, half of what the same work cost in Python (bench/README.md).
+  makes no Python object and leaves nothing to convert later: recording adds about 0.3 ms of
+  client CPU to a quiz episode, less than half of what the same work cost in Python (bench/README.md).
 - Every ``flush_interval`` seconds (0.5 s by default), whenever ``part_rows`` rows are waiting,
   and when ``flush()`` asks, the writer thread takes the buffers (``_take``), wraps them as Arrow
   arrays without copying a row, and writes them as a new Arrow IPC file
