@@ -312,13 +312,18 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
 # The parent: one server, interleaved worker subprocesses, medians, the table
 
 
-def run_worker(script: str, *worker_args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``script`` as a worker in a fresh interpreter; return the JSON of its last stdout line."""
+def worker_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a worker subprocess: the repo importable, loopback unproxied, no update checks."""
     child_env = dict(os.environ, OPENREWARD_DISABLE_UPDATE_CHECK="1", NO_PROXY="127.0.0.1,localhost", **(env or {}))
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
+    return child_env
+
+
+def run_worker(script: str, *worker_args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``script`` as a worker in a fresh interpreter; return the JSON of its last stdout line."""
     done = subprocess.run(
         [sys.executable, script, *worker_args],
-        cwd=REPO_ROOT, env=child_env, capture_output=True, text=True, timeout=WORKER_TIMEOUT, check=False,
+        cwd=REPO_ROOT, env=worker_env(env), capture_output=True, text=True, timeout=WORKER_TIMEOUT, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"worker {worker_args[:2]} exited {done.returncode}:\n{done.stderr[-3000:]}")

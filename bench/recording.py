@@ -1,21 +1,26 @@
 """Recording benchmark: what recording costs the client, how fast the recorder writes, how fast traces load.
 
-    python bench/recording.py              # 12 overhead rounds (48 batches), 1M-event writes: 5-6 minutes
-    python bench/recording.py --quick      # 1 round of small batches, 200k-event writes (a smoke test, noisy)
+    python bench/recording.py              # 60 overhead rounds (240 segments), 1M-event writes: about 6 minutes
+    python bench/recording.py --quick      # 1 round of small segments, 200k-event writes (a smoke test, noisy)
     python bench/recording.py --check      # exit 1 if a target is missed
+    python bench/recording.py --control    # the overhead method checked: a plain client in both slots
 
 Three measurements, each in subprocesses of this script (``--worker ...``), so imports, heaps and
 peak RSS never mix:
 
 1. **Recording overhead.** The quiz workload of ``bench/client.py`` (open, prompt, 2 x ``blob``,
-   ``answer``, close; every result checked) with our ``AsyncClient`` at concurrency 32, once
-   without a recorder and once with ``recorder=Recorder(...)``, each batch against a freshly
-   started ors-sdk server (see bench/client.py for why). Each round runs four batches, plain,
-   recorded, recorded, plain (the next round recorded, plain, plain, recorded), so a drift of the
-   machine's speed within a round cancels out; the figure is the median over all rounds of the
-   round's recorded ÷ plain episodes/s (the mean of its two batches of each), with a bootstrap 95%
-   interval: on a host whose speed swings, the interval says how far one run can be trusted. The recorded
-   worker then closes the recorder and checks the trace (one finished episode with reward 1.0 per
+   ``answer``, close; every result checked) with our ``AsyncClient`` at concurrency 32, without a
+   recorder and with ``recorder=Recorder(...)``. Each mode runs in its own long-lived worker against
+   its own freshly started ors-sdk server, and the two take turns, one segment of 150 episodes
+   (about a second) at a time: each round runs plain, recorded, recorded, plain (the next round
+   recorded, plain, plain, recorded), so the segments compared are seconds apart and a drift of
+   the machine's speed within a round cancels out. Every 6 rounds both servers and both workers
+   start afresh (the ors-sdk server keeps each result 60 s, so its CPU per request drifts over a
+   long run). The figure is the median over all rounds of the round's recorded ÷ plain
+   episodes/s (the mean of its two segments of each), with a bootstrap 95% interval: on a host
+   whose speed swings, the interval says how far one run can be trusted. A recorded segment ends
+   when its last row is in a part on disk, so the writing is counted. At the end the recorded
+   worker closes the recorder and checks the trace (one finished episode with reward 1.0 per
    episode run), so a recorder that drops events cannot post a good figure.
 2. **Sustained write rate.** Synthetic events through ``Recorder.emit`` until ``close()`` returns
    (compaction included), bytes per event of the compacted file, and the peak RSS over the
@@ -35,14 +40,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
 import random
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,11 +72,14 @@ from bench.client import (  # noqa: E402
     process_cpu_s,
     run_batch,
     run_worker,
+    worker_env,
 )
 
 CONCURRENCY = 32
 TARGET_OVERHEAD = 0.95  # recorded ÷ plain episodes/s, at least
-ROUNDS = 12  # overhead rounds of 4 batches each, all counted
+ROUNDS = 60  # overhead rounds of 4 segments each, all counted
+ROUNDS_PER_BLOCK = 6  # rounds between fresh servers and fresh workers
+SEGMENT = 150  # measured episodes per segment
 BOOTSTRAP = 10_000  # resamples of the rounds for the interval around their median
 TARGET_RSS_MB = 150.0  # peak RSS over the baseline while recording 1M events, below
 TARGET_LOAD = 1.5  # load_trace(path).events ÷ read_table(path).to_pandas(), at most
@@ -95,12 +106,17 @@ def writer_cpu_s(recorder: Any) -> float:
     return sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id == native_id)
 
 
-async def overhead_worker(args: argparse.Namespace) -> dict[str, Any]:
-    """One batch, plain or recorded: warm up, measure, then (recorded) close and check the trace."""
+async def overhead_worker(args: argparse.Namespace) -> None:
+    """One mode, plain or recorded, on its own server: warm up, then one measured segment per stdin line.
+
+    Speaks JSON lines on stdout: ``ready`` after the warm-up, one result per segment (a line holding
+    a number of episodes), and, at the end of stdin, a closing line (recorded: the recorder closed
+    and its trace checked, one finished episode with reward 1.0 per episode run).
+    """
     # Both modes start from the same heap: ors_lab's recording modules, and pandas. The recorder's
     # first Arrow conversion imports pandas (pyarrow loads it lazily when it converts a list), and
     # an ors_lab process has it anyway (load_trace, evaluate and notebooks use DataFrames); a plain
-    # batch without it ran with 27,000 fewer objects for every full garbage collection to scan.
+    # worker without it ran with 27,000 fewer objects for every full garbage collection to scan.
     import pandas  # noqa: F401
     import pyarrow as pa
 
@@ -109,54 +125,70 @@ async def overhead_worker(args: argparse.Namespace) -> dict[str, Any]:
     pa.array([0])  # what loads pandas in the recorder, done in both modes
     from ors_lab.recording.recorder import PART_GLOB
 
+    def reply(message: dict[str, Any]) -> None:
+        print(json.dumps(message), flush=True)
+
     path = Path(args.dir) / f"overhead-{os.getpid()}.parquet"
     recorder = Recorder(path) if args.mode == "recorded" else None
+    # a recorded segment ends when its last row is in a part on disk, so no writing is left out
+    drain = (lambda: asyncio.to_thread(recorder.flush)) if recorder is not None else None
+    loop = asyncio.get_running_loop()
+    bad: list[str] = []
     async with quiz_episodes(args.url, recorder) as episode:
         warm = await run_batch(episode, args.warmup, args.concurrency)
+        bad += warm.bad
         # The process's first part write sets up pyarrow's IPC writer once; let it land here.
         if recorder is not None:
             for _ in range(60):
                 if any(recorder.parts.glob(PART_GLOB)):
                     break
                 await asyncio.sleep(0.05)
-        parts0 = len(list(recorder.parts.glob(PART_GLOB))) if recorder is not None else 0
-        writer0 = writer_cpu_s(recorder)
-        server0, machine0 = process_cpu_s(args.server_pid), machine_busy_s()
-        # a recorded batch ends when its last row is in a part on disk, so no writing is left out
-        drain = (lambda: asyncio.to_thread(recorder.flush)) if recorder is not None else None
-        batch = await run_batch(episode, args.episodes, args.concurrency, first=args.warmup, drain=drain)
-        server1, machine1 = process_cpu_s(args.server_pid), machine_busy_s()
-        writer1 = writer_cpu_s(recorder)
-    server_cpu = None if server0 is None or server1 is None else server1 - server0
-    outside = (machine1 - machine0) - batch.cpu_s - (server_cpu or 0.0)
-    result: dict[str, Any] = {
-        "mode": args.mode,
-        "eps": batch.episodes / batch.wall_s,
-        "cpu_ms": 1000 * batch.cpu_s / batch.episodes,
-        "server_cpu_ms": None if server_cpu is None else 1000 * server_cpu / batch.episodes,
-        "outside_cores": max(0.0, outside) / batch.wall_s,
-        "bad": warm.bad + batch.bad,
-    }
+        run = args.warmup
+        reply({"ready": True})
+        # read stdin off the loop, so the client's connections stay served between segments
+        while line := (await loop.run_in_executor(None, sys.stdin.readline)).strip():
+            episodes = int(line)
+            parts0 = len(list(recorder.parts.glob(PART_GLOB))) if recorder is not None else 0
+            writer0 = writer_cpu_s(recorder)
+            server0, machine0 = process_cpu_s(args.server_pid), machine_busy_s()
+            batch = await run_batch(episode, episodes, args.concurrency, first=run, drain=drain)
+            server1, machine1 = process_cpu_s(args.server_pid), machine_busy_s()
+            writer1 = writer_cpu_s(recorder)
+            run += episodes
+            bad += batch.bad
+            server_cpu = None if server0 is None or server1 is None else server1 - server0
+            outside = (machine1 - machine0) - batch.cpu_s - (server_cpu or 0.0)
+            segment: dict[str, Any] = {
+                "mode": args.mode,
+                "eps": batch.episodes / batch.wall_s,
+                "cpu_ms": 1000 * batch.cpu_s / batch.episodes,
+                "server_cpu_ms": None if server_cpu is None else 1000 * server_cpu / batch.episodes,
+                "server_busy": None if server_cpu is None else server_cpu / batch.wall_s,
+                "outside_cores": max(0.0, outside) / batch.wall_s,
+                "bad": batch.bad,
+            }
+            if recorder is not None:
+                parts1 = len(list(recorder.parts.glob(PART_GLOB)))
+                segment["parts_per_s"] = (parts1 - parts0) / batch.wall_s
+                segment["writer_cpu_ms"] = 1000 * (writer1 - writer0) / batch.episodes
+            reply(segment)
+    closing: dict[str, Any] = {"mode": args.mode, "episodes": run, "bad": bad}
     if recorder is not None:
-        parts1 = len(list(recorder.parts.glob(PART_GLOB)))
         started = time.perf_counter()
         recorder.close()
         close_s = time.perf_counter() - started
         trace = load_trace(path)
-        episodes = trace.episodes
-        run = args.warmup + args.episodes
-        good = int((episodes["finished"].astype(bool) & (episodes["final_reward"] == 1.0)).sum())
-        if trace.partial or len(episodes) != run or good != run:
-            result["bad"].append(f"the trace holds {good} good episodes of {len(episodes)}, {run} were run")
-        result |= {
+        episodes_run = trace.episodes
+        good = int((episodes_run["finished"].astype(bool) & (episodes_run["final_reward"] == 1.0)).sum())
+        if trace.partial or len(episodes_run) != run or good != run:
+            bad.append(f"the trace holds {good} good episodes of {len(episodes_run)}, {run} were run")
+        closing |= {
             "close_s": close_s,
             "rows_per_episode": len(trace) / run,
             "bytes_per_episode": path.stat().st_size / run,
-            "parts_per_s": (parts1 - parts0) / batch.wall_s,
-            "writer_cpu_ms": 1000 * (writer1 - writer0) / batch.episodes,
         }
         path.unlink()
-    return result
+    reply(closing)
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,63 +378,136 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
     return medians[int(tail * BOOTSTRAP)], medians[int((1 - tail) * BOOTSTRAP) - 1]
 
 
-def measure_overhead(rounds: int, warmup: int, episodes: int, workdir: str, quiet: QuietWaiter) -> dict[str, Any]:
-    """Rounds of plain, recorded, recorded, plain batches (mirrored every other round), each on a fresh server.
+class OverheadWorker:
+    """A long-lived overhead worker (this script with ``--worker overhead``): one mode, its own server."""
 
-    Every round counts, and the figure is the median of the rounds' ratios, with a bootstrap 95%
-    interval. The two modes are treated alike: half the rounds put the plain batches at the ends,
-    half in the middle, and no round is kept or dropped by what one mode did (a rule that dropped
-    rounds whose two plain batches differed, used before, looked at one mode only).
+    def __init__(self, mode: str, server: Any, warmup: int, workdir: str) -> None:
+        self.mode = mode
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (closed in __exit__)
+        self.process = subprocess.Popen(
+            [
+                sys.executable, str(Path(__file__).resolve()), "--worker", "overhead", "--mode", mode,
+                "--url", server.url, "--server-pid", str(server.pid), "--concurrency", str(CONCURRENCY),
+                "--warmup", str(warmup), "--dir", workdir,
+            ],
+            cwd=REPO_ROOT, env=worker_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+            text=True,
+        )  # fmt: skip
+
+    def read(self) -> dict[str, Any]:
+        """The worker's next JSON line; a RuntimeError with its stderr if it dies or takes too long."""
+        assert self.process.stdout is not None
+        watchdog = threading.Timer(WORKER_TIMEOUT, self.process.kill)
+        watchdog.start()
+        try:
+            line = self.process.stdout.readline()
+        finally:
+            watchdog.cancel()
+        if not line:
+            self.stderr.seek(0)
+            status = self.process.wait()
+            raise RuntimeError(f"the {self.mode} worker stopped (exit {status}):\n{self.stderr.read()[-3000:]}")
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    def segment(self, episodes: int) -> dict[str, Any]:
+        """Run one measured segment of ``episodes`` episodes; its figures."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{episodes}\n")
+        self.process.stdin.flush()
+        return self.read()
+
+    def close(self) -> dict[str, Any]:
+        """End stdin; the worker's closing line (recorded: its trace checked)."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        closing = self.read()
+        self.process.wait(WORKER_TIMEOUT)
+        return closing
+
+    def __enter__(self) -> OverheadWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.stderr.close()
+
+
+def measure_overhead(
+    rounds: int, warmup: int, episodes: int, workdir: str, quiet: QuietWaiter, control: bool = False
+) -> dict[str, Any]:
+    """Rounds of plain, recorded, recorded, plain segments (mirrored every other round), all counted.
+
+    Each mode runs in its own long-lived worker against its own freshly started ors-sdk server, and
+    the two take turns, one segment at a time, so the two segments compared are seconds apart. Every
+    ``ROUNDS_PER_BLOCK`` rounds both servers and both workers start afresh (the ors-sdk server keeps
+    each result 60 s, so its CPU per request drifts over a long run). The figure is the median of the
+    rounds' ratios, with a bootstrap 95% interval. No round is kept or dropped by what one mode did.
+
+    ``control`` runs a plain client in the recorded slot too: a check of the method, whose figure
+    should be 1 within its interval.
     """
     from ors_lab.demo.launch import serve
 
-    results: list[dict[str, Any]] = []
-    for round_number in range(rounds):
-        order = ("plain", "recorded", "recorded", "plain")
-        if round_number % 2:
-            order = ("recorded", "plain", "plain", "recorded")
-        for mode in order:
-            quiet.wait()
-            with serve("bench.quiz_env:ENVIRONMENTS", sdk="ors-sdk") as server:
-                r = spawn(
-                    "--worker", "overhead", "--mode", mode, "--url", server.url, "--server-pid", str(server.pid),
-                    "--concurrency", str(CONCURRENCY), "--episodes", str(episodes), "--warmup", str(warmup),
-                    "--dir", workdir,
-                )  # fmt: skip
-            r["round"] = round_number
-            results.append(r)
-            extra = ""
-            if mode == "recorded":
-                extra = (
-                    f"  {r['rows_per_episode']:.1f} rows/ep  {r['bytes_per_episode']:,.0f} B/ep  "
-                    f"{r['parts_per_s']:.0f} parts/s  writer thread {r['writer_cpu_ms']:.2f} CPU ms/ep  "
-                    f"close {r['close_s']:.2f} s"
+    segments: list[dict[str, Any]] = []
+    closings: list[dict[str, Any]] = []
+    paired: list[float] = []
+    for block, first_round in enumerate(range(0, rounds, ROUNDS_PER_BLOCK)):
+        quiet.wait()
+        modes = ("plain", "recorded") if block % 2 == 0 else ("recorded", "plain")  # which server starts first
+        with contextlib.ExitStack() as stack:
+            workers = {}
+            for mode in modes:
+                server = stack.enter_context(serve("bench.quiz_env:ENVIRONMENTS", sdk="ors-sdk"))
+                runs = "plain" if control else mode
+                workers[mode] = stack.enter_context(OverheadWorker(runs, server, warmup, workdir))
+            for worker in workers.values():
+                worker.read()  # ready: warmed up
+            for round_number in range(first_round, min(rounds, first_round + ROUNDS_PER_BLOCK)):
+                # mirrored every other round, and every other block starts with the other mode: the
+                # servers slow down through a block, fastest at its start
+                order = ("plain", "recorded", "recorded", "plain")
+                if (round_number + block) % 2:
+                    order = ("recorded", "plain", "plain", "recorded")
+                eps: dict[str, list[float]] = {"plain": [], "recorded": []}
+                for mode in order:
+                    r = workers[mode].segment(episodes)
+                    r["mode"], r["round"] = mode, round_number  # the slot (a control run has two plain)
+                    segments.append(r)
+                    if not r["bad"]:
+                        eps[mode].append(r["eps"])
+                ratio = None
+                if eps["plain"] and eps["recorded"]:
+                    ratio = statistics.mean(eps["recorded"]) / statistics.mean(eps["plain"])
+                    paired.append(ratio)
+                mine = [r for r in segments if r["round"] == round_number]
+                print(
+                    f"  round {round_number + 1:3d}  "
+                    + "  ".join(f"{r['mode']:<8} {r['eps']:6.1f}" for r in mine)
+                    + f"  episodes/s  ratio {fmt(ratio, 3)}"
+                    + "".join(f"  BAD: {r['bad'][:2]}" for r in mine if r["bad"]),
+                    flush=True,
                 )
-            print(
-                f"  round {round_number + 1} {mode:<8} {r['eps']:7.1f} episodes/s  "
-                f"{r['cpu_ms']:5.2f} client CPU ms/ep  {fmt(r['server_cpu_ms'], 2):>5} server CPU ms/ep  "
-                f"other load {r['outside_cores']:.2f} cores{extra}" + (f"  BAD: {r['bad'][:2]}" if r["bad"] else ""),
-                flush=True,
-            )
-    good = [r for r in results if not r["bad"]]
+            closings += [worker.close() for worker in workers.values()]
+    good = [r for r in segments if not r["bad"]]
     by_mode = {mode: [r for r in good if r["mode"] == mode] for mode in ("plain", "recorded")}
-    paired = []
-    for number in range(rounds):
-        runs = [r for r in good if r["round"] == number]
-        plain_eps = [r["eps"] for r in runs if r["mode"] == "plain"]
-        recorded_eps = [r["eps"] for r in runs if r["mode"] == "recorded"]
-        if plain_eps and recorded_eps:
-            paired.append(statistics.mean(recorded_eps) / statistics.mean(plain_eps))
     summary: dict[str, Any] = {
         "paired": paired,
-        "bad": [b for r in results for b in r["bad"]],
+        "bad": [b for r in closings for b in r["bad"]],
+        "segments": len(segments),
     }
     for mode, runs in by_mode.items():
-        for key in ("eps", "cpu_ms", "server_cpu_ms", "outside_cores"):
+        for key in ("eps", "cpu_ms", "server_cpu_ms", "server_busy", "outside_cores"):
             values = [r[key] for r in runs if r[key] is not None]
             summary[f"{mode}_{key}"] = statistics.median(values) if values else None
-    for key in ("rows_per_episode", "bytes_per_episode", "parts_per_s", "close_s", "writer_cpu_ms"):
-        values = [r[key] for r in by_mode["recorded"]]
+    for key in ("parts_per_s", "writer_cpu_ms"):
+        values = [r[key] for r in by_mode["recorded"] if key in r]
+        summary[key] = statistics.median(values) if values else None
+    recorded_closings = [c for c in closings if c["mode"] == "recorded"]
+    for key in ("rows_per_episode", "bytes_per_episode", "close_s"):
+        values = [c[key] for c in recorded_closings if key in c]
         summary[key] = statistics.median(values) if values else None
     summary["ratio"] = statistics.median(paired) if paired else None
     summary["interval"] = median_interval(paired)
@@ -412,18 +517,21 @@ def measure_overhead(rounds: int, warmup: int, episodes: int, workdir: str, quie
 
 def benchmark(args: argparse.Namespace) -> int:
     if args.quick:
-        rounds, warmup, episodes, events, load_runs = 1, 32, 160, 200_000, 3
+        rounds, warmup, episodes, events, load_runs = 1, 32, 64, 200_000, 3
     else:
         rounds, warmup, episodes, events, load_runs = args.rounds, 96, args.episodes, args.events, args.load_runs
     started = time.perf_counter()
     quiet = QuietWaiter(0.0 if args.quick else QUIET_BUDGET_S)
+    control_note = "\n   CONTROL RUN: a plain client in the recorded slot too (its ratio should be 1)"
+    control_note = control_note if args.control else ""
     with tempfile.TemporaryDirectory(prefix="ors-lab-bench-") as workdir:
         print(
             f"1. Recording overhead: our AsyncClient at c={CONCURRENCY}, {rounds} round(s) of 4 plain/recorded "
-            f"batches ({warmup} warm-up + {episodes} measured episodes), a fresh ors-sdk server per batch",
+            f"segments of {episodes} episodes; each mode in its own worker on its own ors-sdk server, both "
+            f"fresh every {ROUNDS_PER_BLOCK} rounds ({warmup} warm-up episodes each)" + control_note,
             flush=True,
         )
-        overhead = measure_overhead(rounds, warmup, episodes, workdir, quiet)
+        overhead = measure_overhead(rounds, warmup, episodes, workdir, quiet, control=args.control)
 
         print(f"\n2. Sustained write rate: {events:,} synthetic events per shape", flush=True)
         writes = {}
@@ -465,11 +573,11 @@ def benchmark(args: argparse.Namespace) -> int:
         ("load_trace(...).events", load_ratio <= TARGET_LOAD, f"<= {TARGET_LOAD}x"),
     ]
     verdict = {name: "met" if ok else "MISSED" for name, ok, _ in checks}
-    paired = ", ".join(f"{p:.3f}" for p in overhead["paired"])
+    reaching = sum(p >= TARGET_OVERHEAD for p in overhead["paired"])
     other = overhead["other_load"]
     noisy = f"; NOISY: median other load {other:.2f} cores" if other is not None and other > QUIET_CORES else ""
     interval = overhead["interval"]
-    spread = "" if interval is None else f"; 95% interval {interval[0]:.3f}-{interval[1]:.3f}"
+    spread = "" if interval is None else f"95% interval {interval[0]:.3f}-{interval[1]:.3f}; "
     rss_note = "" if million else f" (run with {events:,} events, not 1M)"
 
     print(f"\nMedians ({elapsed:.0f} s in all; other load is CPU busy outside the client and the server):\n")
@@ -494,7 +602,15 @@ def benchmark(args: argparse.Namespace) -> int:
             f"**recording overhead**: recorded ÷ plain episodes/s (median over {len(overhead['paired'])} rounds)",
             fmt(ratio, 3),
             f">= {TARGET_OVERHEAD}",
-            f"{verdict['recording overhead']} (rounds: {paired}{spread}){noisy}",
+            f"{verdict['recording overhead']} ({spread}{reaching} of {len(overhead['paired'])} rounds reach "
+            f"{TARGET_OVERHEAD}){noisy}",
+        ),
+        (
+            "the server's share of each segment busy, plain / recorded",
+            f"{fmt(overhead['plain_server_busy'], 3)} / {fmt(overhead['recorded_server_busy'], 3)}",
+            "",
+            f"the bottleneck: its CPU ms/episode {fmt(overhead['plain_server_cpu_ms'], 2)} plain, "
+            f"{fmt(overhead['recorded_server_cpu_ms'], 2)} recorded",
         ),
         (
             "client CPU ms/episode: recorded − plain (of which the writer thread)",
@@ -546,6 +662,8 @@ def benchmark(args: argparse.Namespace) -> int:
     print()
     for name, ok, target in checks:
         print(f"{name}: target {target}: {'met' if ok else 'MISSED'}")
+    if args.control:
+        print("(a control run: the recorded slot ran a plain client, so the overhead figure is not recording's)")
     if overhead["bad"]:
         print(f"\n{len(overhead['bad'])} BAD EPISODES or traces; their batches are left out: {overhead['bad'][:5]}")
     failed = bool(overhead["bad"]) or (args.check and not all(ok for _, ok, _ in checks))
@@ -555,13 +673,20 @@ def benchmark(args: argparse.Namespace) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="python bench/recording.py")
     parser.add_argument(
-        "--rounds", type=int, default=ROUNDS, help=f"overhead rounds of 4 batches each (default {ROUNDS})"
+        "--rounds", type=int, default=ROUNDS, help=f"overhead rounds of 4 segments each (default {ROUNDS})"
     )
-    parser.add_argument("--episodes", type=int, default=500, help="measured episodes per overhead batch (default 500)")
+    parser.add_argument(
+        "--episodes", type=int, default=SEGMENT, help=f"measured episodes per overhead segment (default {SEGMENT})"
+    )
     parser.add_argument("--events", type=int, default=1_000_000, help="synthetic events per write run (default 1M)")
     parser.add_argument("--load-runs", type=int, default=5, help="timed runs of each way of loading (default 5)")
     parser.add_argument("--quick", action="store_true", help="1 round, small batches, 200k events (smoke test)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="a plain client in the recorded slot too: checks the method (its overhead figure should be 1)",
+    )
     worker = parser.add_argument_group("worker (internal: one measurement in a subprocess)")
     worker.add_argument("--worker", choices=("overhead", "write", "load"), help=argparse.SUPPRESS)
     worker.add_argument("--mode", choices=("plain", "recorded"), help=argparse.SUPPRESS)
@@ -579,7 +704,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker == "overhead":
-        print(json.dumps(asyncio.run(overhead_worker(args))))
+        asyncio.run(overhead_worker(args))
         return 0
     if args.worker == "write":
         print(json.dumps(write_worker(args)))
