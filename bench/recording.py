@@ -172,7 +172,7 @@ async def overhead_worker(args: argparse.Namespace) -> None:
                 segment["parts_per_s"] = (parts1 - parts0) / batch.wall_s
                 segment["writer_cpu_ms"] = 1000 * (writer1 - writer0) / batch.episodes
             reply(segment)
-    closing: dict[str, Any] = {"mode": args.mode, "episodes": run, "bad": bad}
+    closing: dict[str, Any] = {"mode": args.mode, "bad": bad}
     if recorder is not None:
         started = time.perf_counter()
         recorder.close()
@@ -435,6 +435,14 @@ class OverheadWorker:
         self.stderr.close()
 
 
+def round_ratio(segments: list[dict[str, Any]]) -> float | None:
+    """A round's mean recorded ÷ mean plain episodes/s, over its good segments (None if a mode has none)."""
+    eps = {mode: [r["eps"] for r in segments if r["mode"] == mode and not r["bad"]] for mode in ("plain", "recorded")}
+    if not eps["plain"] or not eps["recorded"]:
+        return None
+    return statistics.mean(eps["recorded"]) / statistics.mean(eps["plain"])
+
+
 def measure_overhead(
     rounds: int, warmup: int, episodes: int, workdir: str, quiet: QuietWaiter, control: bool = False
 ) -> dict[str, Any]:
@@ -471,23 +479,16 @@ def measure_overhead(
                 order = ("plain", "recorded", "recorded", "plain")
                 if (round_number + block) % 2:
                     order = ("recorded", "plain", "plain", "recorded")
-                eps: dict[str, list[float]] = {"plain": [], "recorded": []}
-                for mode in order:
-                    r = workers[mode].segment(episodes)
-                    r["mode"], r["round"] = mode, round_number  # the slot (a control run has two plain)
-                    segments.append(r)
-                    if not r["bad"]:
-                        eps[mode].append(r["eps"])
-                ratio = None
-                if eps["plain"] and eps["recorded"]:
-                    ratio = statistics.mean(eps["recorded"]) / statistics.mean(eps["plain"])
+                this_round = [workers[mode].segment(episodes) | {"mode": mode} for mode in order]  # the slot's mode
+                segments += this_round
+                ratio = round_ratio(this_round)
+                if ratio is not None:
                     paired.append(ratio)
-                mine = [r for r in segments if r["round"] == round_number]
                 print(
                     f"  round {round_number + 1:3d}  "
-                    + "  ".join(f"{r['mode']:<8} {r['eps']:6.1f}" for r in mine)
+                    + "  ".join(f"{r['mode']:<8} {r['eps']:6.1f}" for r in this_round)
                     + f"  episodes/s  ratio {fmt(ratio, 3)}"
-                    + "".join(f"  BAD: {r['bad'][:2]}" for r in mine if r["bad"]),
+                    + "".join(f"  BAD: {r['bad'][:2]}" for r in this_round if r["bad"]),
                     flush=True,
                 )
             closings += [worker.close() for worker in workers.values()]
@@ -496,7 +497,6 @@ def measure_overhead(
     summary: dict[str, Any] = {
         "paired": paired,
         "bad": [b for r in closings for b in r["bad"]],
-        "segments": len(segments),
     }
     for mode, runs in by_mode.items():
         for key in ("eps", "cpu_ms", "server_cpu_ms", "server_busy", "outside_cores"):
