@@ -1,0 +1,211 @@
+"""The typed events and the stream they flow through: delivery, isolation of subscribers, the seed's vocabulary."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from ors_lab import events as ev
+from ors_lab.events import EVENT_TYPES, EventStream, PingEvent, TextDeltaEvent
+
+SEED_TYPES = {
+    "start", "finish", "error", "text-start", "text-delta", "text-end", "reasoning-start", "reasoning-delta",
+    "reasoning-end", "tool-input-start", "tool-input-delta", "tool-input-end", "tool-input-available",
+    "tool-output-available", "tool-output-error", "block-start", "block-end",
+}  # fmt: skip
+"""The event types of the agent stream seed (shared/seeds/002_8c40b4a8ee4e905d.txt) that an agent run has."""
+
+
+def ping(n: int) -> PingEvent:
+    return PingEvent(session_id=f"s{n}")
+
+
+def test_every_trace_kind_has_one_event_type() -> None:
+    """One event type per kind: the wire and session kinds, the seed's agent vocabulary, and ours."""
+    assert set(ev.AGENT_KINDS) == SEED_TYPES | {"reward", "usage", "episode"}
+    assert set(EVENT_TYPES) - set(ev.AGENT_KINDS) == {
+        "request", "response", "chunk", "disconnect", "retry", "event", "comment", "result", "call_error", "open",
+        "ping", "close",
+    }  # fmt: skip
+    assert all(cls.kind == kind for kind, cls in EVENT_TYPES.items())
+    assert all(name in ev.__all__ for name in (cls.__name__ for cls in EVENT_TYPES.values()))
+
+
+@pytest.mark.parametrize(
+    ("event", "wire"),
+    [
+        (ev.StartEvent(message_id="m"), {"type": "start", "messageId": "m"}),
+        (ev.TextDeltaEvent(id="text-1", delta="Hi"), {"type": "text-delta", "id": "text-1", "delta": "Hi"}),
+        (ev.ReasoningEndEvent(id="r"), {"type": "reasoning-end", "id": "r"}),
+        (ev.ToolInputStartEvent(tool_call_id="c", tool_name="t"), {"type": "tool-input-start", "toolCallId": "c",
+                                                                   "toolName": "t"}),
+        (ev.ToolInputDeltaEvent(tool_call_id="c", input_text_delta='{"a'), {"type": "tool-input-delta",
+                                                                             "toolCallId": "c",
+                                                                             "inputTextDelta": '{"a'}),
+        (ev.ToolInputAvailableEvent(tool_call_id="c", tool_name="t", input={"a": 1}),
+         {"type": "tool-input-available", "toolCallId": "c", "toolName": "t", "input": {"a": 1}}),
+        (ev.ToolOutputErrorEvent(tool_call_id="c", error="no"), {"type": "tool-output-error", "toolCallId": "c",
+                                                                 "error": "no"}),
+        (ev.FinishEvent(finish_reason="length"), {"type": "finish", "finishReason": "length"}),
+        (ev.ErrorEvent(error_type="rate_limit_error", message="slow down", source="provider", retryable=True,
+                       retry_after=60.0, code="RateLimitError"),
+         {"type": "error", "errorType": "rate_limit_error", "message": "slow down", "source": "provider",
+          "retryable": True, "retryAfter": 60.0, "code": "RateLimitError"}),
+        (ev.BlockStartEvent(block_id="b", block_name="turn 1"), {"type": "block-start", "blockId": "b",
+                                                                 "blockName": "turn 1", "blockType": "turn",
+                                                                 "display": "stream", "thread": "main"}),
+        (ev.BlockEndEvent(block_id="b", summary="done"), {"type": "block-end", "blockId": "b", "summary": "done"}),
+        (ev.UsageEvent(input_tokens=3, output_tokens=2, scope="episode"),
+         {"type": "usage", "inputTokens": 3, "outputTokens": 2, "reasoningTokens": None, "cachedInputTokens": None,
+          "scope": "episode"}),
+    ],
+    ids=lambda value: getattr(value, "kind", ""),
+)  # fmt: skip
+def test_agent_events_are_the_seeds_json(event: ev.AgentEvent, wire: dict[str, Any]) -> None:
+    """`to_wire()` gives the event as the seed writes it: its type and camel-case fields."""
+    assert event.to_wire() == wire
+    assert event.type == event.kind == wire["type"] and event.layer == "agent"
+
+
+def test_error_types_are_the_seeds() -> None:
+    """The seed's error types and sources are the ones ors_lab uses."""
+    assert ev.ERROR_TYPES == ("rate_limit_error", "authentication_error", "provider_error", "provider_overloaded",
+                              "tool_error", "internal_error")  # fmt: skip
+    assert ev.ERROR_SOURCES == ("platform", "provider", "tool")
+
+
+def test_an_event_knows_when_it_happened() -> None:
+    """Events are stamped with the monotonic clock when made; wall_time gives every subscriber the same wall clock."""
+    before = time.monotonic_ns()
+    event = ping(0)
+    assert before <= event.t_ns <= time.monotonic_ns()
+    assert abs(ev.wall_time(event.t_ns) - time.time()) < 0.05
+    assert ev.RequestEvent(method="GET", url="u", agent=True).layer == "agent"
+    assert ev.SSEEvent(event="end", data="").layer == "sse" and ev.ChunkEvent(size=1).layer == "http"
+
+
+def test_subscribers_see_events_in_order_then_the_parent_stream() -> None:
+    """Inline subscribers get each event in subscription order; the parent's subscribers get it after them."""
+    parent = EventStream()
+    child = EventStream(parent=parent)
+    seen: list[tuple[str, str]] = []
+    parent.subscribe(lambda e: seen.append(("parent", e.session_id)))
+    child.subscribe(lambda e: seen.append(("first", e.session_id)))
+    child.subscribe(lambda e: seen.append(("second", e.session_id)))
+    child.publish(ping(1))
+    parent.publish(ping(2))
+    assert seen == [("first", "s1"), ("second", "s1"), ("parent", "s1"), ("parent", "s2")]
+    assert child.active and parent.active and not EventStream().active
+
+
+def test_subscribers_come_and_go_while_events_flow() -> None:
+    """A subscriber added mid-stream sees only what follows; a closed one sees nothing more; kinds filter."""
+    stream = EventStream()
+    early: list[Any] = []
+    late: list[Any] = []
+    texts: list[Any] = []
+    first = stream.subscribe(early.append)
+    stream.subscribe(texts.append, kinds=["text-delta"])
+    stream.publish(ping(1))
+    second = stream.subscribe(late.append)
+    stream.publish(TextDeltaEvent(id="t", delta="x"))
+    first.close()
+    first.close()  # twice is fine
+    stream.publish(ping(3))
+    assert [e.kind for e in early] == ["ping", "text-delta"]
+    assert [e.kind for e in late] == ["text-delta", "ping"]
+    assert [e.delta for e in texts] == ["x"]
+    with second:
+        pass
+    assert not second.wants(ping(0)) or second.closed
+    with pytest.raises(ValueError, match="unknown event kinds \\['pong'\\]"):
+        stream.subscribe(print, kinds=["pong"])
+
+
+def test_a_raising_subscriber_is_detached_and_breaks_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """A subscriber that raises is detached, its error kept and logged; the publisher and the others go on."""
+    stream = EventStream()
+    before: list[Any] = []
+    after: list[Any] = []
+    stream.subscribe(before.append)
+
+    def broken(event: Any) -> None:
+        raise RuntimeError("widget bug")
+
+    bad = stream.subscribe(broken)
+    stream.subscribe(after.append)
+    with caplog.at_level(logging.ERROR, logger="ors_lab.events"):
+        stream.publish(ping(1))
+        stream.publish(ping(2))
+    assert len(before) == len(after) == 2
+    assert isinstance(bad.error, RuntimeError) and bad.closed
+    assert [r.message for r in caplog.records] == [f"ors_lab: event subscriber {broken!r} raised and was detached"]
+
+
+def test_a_slow_buffered_subscriber_never_slows_the_publisher() -> None:
+    """A buffered subscriber that takes 20 ms an event: 10,000 events publish at once; it gets the newest in order
+    and counts what it dropped."""
+    stream = EventStream()
+    got: list[int] = []
+    release = threading.Event()
+
+    def slow(event: Any) -> None:
+        release.wait(5)
+        got.append(int(event.session_id[1:]))
+        time.sleep(0.02)
+
+    subscription = stream.subscribe(slow, buffer=100)
+    started = time.monotonic()
+    for n in range(10_000):
+        stream.publish(ping(n))
+    elapsed = time.monotonic() - started
+    release.set()
+    assert subscription.flush(timeout=10)
+    assert elapsed < 1.0  # 10,000 appends, not 10,000 x 20 ms
+    assert subscription.dropped >= 10_000 - 101
+    assert got == sorted(got) and got[-1] == 9_999 and len(got) + subscription.dropped == 10_000
+    subscription.close()
+
+
+def test_a_buffered_subscriber_can_take_batches_and_may_raise() -> None:
+    """every=S hands lists of events at most every S seconds; a buffered subscriber that raises is detached."""
+    stream = EventStream()
+    batches: list[list[Any]] = []
+    batched = stream.subscribe(batches.append, every=0.05)
+    failing = stream.subscribe(lambda e: 1 / 0, buffer=10)
+    for n in range(50):
+        stream.publish(ping(n))
+    assert batched.flush(timeout=5)
+    assert not failing.flush(timeout=5)  # detached: what it had not taken never will be
+    assert sum(len(b) for b in batches) == 50 and len(batches) < 50
+    assert [e.session_id for b in batches for e in b] == [f"s{n}" for n in range(50)]
+    assert isinstance(failing.error, ZeroDivisionError) and failing.closed
+    batched.close()
+    with pytest.raises(ValueError, match="every is in seconds"):
+        stream.subscribe(print, every=0)
+
+
+def test_subscribing_while_another_thread_publishes() -> None:
+    """Subscribers added and removed from one thread while another publishes: every event reaches those present."""
+    stream = EventStream()
+    steady: list[Any] = []
+    stream.subscribe(steady.append)
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            stream.subscribe(lambda e: None).close()
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        for n in range(20_000):
+            stream.publish(ping(n))
+    finally:
+        stop.set()
+        thread.join()
+    assert len(steady) == 20_000
