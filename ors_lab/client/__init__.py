@@ -1,18 +1,25 @@
-"""The ORS client: ``AsyncClient`` and its sync twin ``Client``."""
+"""The ORS client: ``AsyncClient`` and its sync twin ``Client``, and the recording seam."""
 
-from ors_lab.client.aclient import AsyncClient, AsyncEnvironment, AsyncSession, EventSink
+from ors_lab.client.aclient import AsyncClient, AsyncEnvironment, AsyncSession
 from ors_lab.client.policy import RetryPolicy
+from ors_lab.client.runner import Runner
 from ors_lab.client.sync import Client, Environment, Session
+from ors_lab.client.tap import EXCHANGES, BodyReader, ExchangeTap, RecordingTransport, describe_error
 from ors_lab.client.transport import AiohttpTransport
 
 __all__ = [
+    "EXCHANGES",
     "AiohttpTransport",
     "AsyncClient",
     "AsyncEnvironment",
     "AsyncSession",
+    "BodyReader",
     "Client",
     "Environment",
-    "EventSink",
+    "ExchangeTap",
+    "RecordingTransport",
     "RetryPolicy",
+    "Runner",
     "Session",
+    "describe_error",
 ]

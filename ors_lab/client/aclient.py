@@ -7,8 +7,11 @@ deleted when it closes, whatever ends it. ``call()`` returns a ``ToolResult``; `
 data, and infrastructure failures are the typed errors of ``ors_lab.protocol.errors``.
 
 Two seams: ``transport=`` (any ``httpx2.AsyncBaseTransport``; the default sends through aiohttp)
-and ``recorder=`` (an ``EventSink`` that sees every request, response, network chunk, SSE event,
-comment, retry and session step, in order).
+and ``events``, the client's ``EventStream``: every request, response, network chunk, SSE event,
+comment, retry and session step is published on it, in order, as a typed event
+(``ors_lab.events``). ``recorder=`` subscribes a ``Recorder`` (or any subscriber) to it. An
+environment or session can be given a stream of its own (``client.environment(name, events=...)``,
+as an evaluation does): its events go there first, then to the client's stream.
 """
 
 from __future__ import annotations
@@ -21,13 +24,23 @@ import time
 import uuid
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
 import httpx2
 
 from ors_lab.client.policy import BEFORE_SENDING, RetryPolicy
-from ors_lab.client.tap import EXCHANGES, SSETap
+from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream
 from ors_lab.client.transport import AiohttpTransport
+from ors_lab.events import (
+    CallErrorEvent,
+    CloseEvent,
+    EventStream,
+    OpenEvent,
+    PingEvent,
+    ResultEvent,
+    RetryEvent,
+    Subscriber,
+)
 from ors_lab.protocol.call import CallAssembler
 from ors_lab.protocol.errors import (
     EnvironmentStartingError,
@@ -41,8 +54,9 @@ from ors_lab.protocol.errors import (
     SessionNotFoundError,
 )
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec, blocks_from_wire
+from ors_lab.version import __version__
 
-__all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession", "EventSink"]
+__all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession"]
 
 DEFAULT_TIMEOUT = httpx2.Timeout(60.0, connect=10.0)
 """Per request: 10 s to connect, 60 s for anything else (including a /call's response to start)."""
@@ -53,23 +67,10 @@ DRAIN_TIMEOUT = 1.0
 HEARTBEAT_TIMEOUT = 30.0
 """A /call stream silent this long (three missed pings) counts as dropped, and is resumed."""
 
-USER_AGENT = "ors-lab/0.1.0"
-EXCHANGE = "ors_lab.exchange"
-"""The request extension holding the request's exchange number in the trace (set only when recording)."""
+USER_AGENT = f"ors-lab/{__version__}"
 URL_TEXT = "ors_lab.url"
-"""The request extension holding ``str(request.url)``, made once per path (set only when recording)."""
+"""The request extension holding ``str(request.url)``, made once per path."""
 SESSION_NOT_FOUND = "Active environment not found"
-
-
-class EventSink(Protocol):
-    """What ``recorder=`` takes: one call per wire event, in the order they happen.
-
-    ``kind`` is one of ``request``, ``response``, ``chunk``, ``event``, ``comment``, ``retry``,
-    ``disconnect``, ``result``, ``call_error``, ``open``, ``ping``, ``close``; ``fields`` are the
-    trace columns of ``docs/trace-format.md`` (``session_id``, ``attempt``, ``call``, ...).
-    """
-
-    def emit(self, kind: str, /, **fields: Any) -> None: ...
 
 
 def _dumps(value: Any) -> bytes:
@@ -85,7 +86,11 @@ def _detail(response: httpx2.Response) -> Any:
 
 
 class AsyncClient:
-    """An ORS server, from asyncio code. ``async with AsyncClient(url) as client: ...``."""
+    """An ORS server, from asyncio code. ``async with AsyncClient(url) as client: ...``.
+
+    ``events`` is the client's ``EventStream``; ``recorder=`` subscribes a ``Recorder`` (or any
+    subscriber) to it for the client's life.
+    """
 
     def __init__(
         self,
@@ -95,7 +100,7 @@ class AsyncClient:
         headers: Mapping[str, str] | None = None,
         timeout: float | httpx2.Timeout = DEFAULT_TIMEOUT,
         transport: httpx2.AsyncBaseTransport | None = None,
-        recorder: EventSink | None = None,
+        recorder: Subscriber | None = None,
         retry: RetryPolicy | None = None,
         ping_interval: float = PING_INTERVAL,
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
@@ -121,7 +126,10 @@ class AsyncClient:
             if name not in {key.lower() for key in default_headers}:
                 del self._http.headers[name]
         self._base_headers = self._http.headers.multi_items()  # decoded once, not per request
+        self.events = EventStream()
         self.recorder = recorder
+        if recorder is not None:
+            self.events.subscribe(recorder)
         self.retry = retry or RetryPolicy()
         self.ping_interval = ping_interval
         self._flavor: str | None = None
@@ -146,22 +154,22 @@ class AsyncClient:
 
     async def health(self) -> bool:
         """True when ``GET /health`` answers ``{"status": "ok"}``."""
-        body = await self._json("GET", "/health")
+        body = await self._json(self.events, "GET", "/health")
         return isinstance(body, dict) and body.get("status") == "ok"
 
     async def environments(self) -> list[str]:
         """The environment names the server hosts; the first is its default."""
-        return [str(name) for name in await self._json("GET", "/list_environments")]
+        return [str(name) for name in await self._json(self.events, "GET", "/list_environments")]
 
-    def environment(self, name: str) -> AsyncEnvironment:
-        """One environment by name (no request is made until you use it)."""
-        return AsyncEnvironment(self, name)
+    def environment(self, name: str, *, events: EventStream | None = None) -> AsyncEnvironment:
+        """One environment by name (no request is made until you use it).
+
+        ``events``: a stream of its own for what it and its sessions do (it forwards to the
+        client's stream only if made with ``EventStream(parent=client.events)``).
+        """
+        return AsyncEnvironment(self, name, events=events)
 
     # -- the HTTP core -------------------------------------------------------------------------
-
-    def _emit(self, kind: str, /, **fields: Any) -> None:
-        if self.recorder is not None:
-            self.recorder.emit(kind, **fields)
 
     def _request(
         self, method: str, path: str, body: Any, session_id: str | None, *, stream: bool = False
@@ -182,13 +190,12 @@ class AsyncClient:
             if len(self._urls) < 1024:
                 self._urls[path] = known
         request = httpx2.Request(method, known[0], headers=headers, content=content, extensions=dict(self._extensions))
-        if self.recorder is not None:
-            request.extensions[EXCHANGE] = next(EXCHANGES)
-            request.extensions[URL_TEXT] = known[1]
+        request.extensions[URL_TEXT] = known[1]
         return request
 
     async def _json(
         self,
+        events: EventStream,
         method: str,
         path: str,
         body: Any = None,
@@ -203,9 +210,10 @@ class AsyncClient:
             request = self._request(method, path, body, session_id)
             if extra_headers:
                 request.headers.update(extra_headers)
-            response = await self._send(request, session_id, attempt)
-            if response is None:
+            sent = await self._send(events, request, session_id, attempt)
+            if sent is None:
                 continue
+            response, _ = sent
             if response.status_code < 300:
                 return response.json()
             wait = self.retry.wait_after(response, attempt, waited_starting)
@@ -213,35 +221,30 @@ class AsyncClient:
                 raise self._error(response, session_id)
             if response.status_code == 503:
                 waited_starting += wait
-            self._emit("retry", session_id=session_id, attempt=attempt, reason=str(response.status_code), backoff=wait)
+            if events.active:
+                events.publish(RetryEvent(session_id=session_id, attempt=attempt, reason=str(response.status_code),
+                                          backoff=wait))  # fmt: skip
             await asyncio.sleep(wait)
 
     async def _send(
         self,
+        events: EventStream,
         request: httpx2.Request,
         session_id: str | None,
         attempt: int,
         *,
         stream: bool = False,
         call: int | None = None,
-    ) -> httpx2.Response | None:
+    ) -> tuple[httpx2.Response, ExchangeTap | None] | None:
         """Send; on a failure before sending, wait and return None (the caller tries again).
 
-        With ``stream=False`` the body is read before returning.
+        Returns the response and the exchange's tap (None when nobody listens). With
+        ``stream=False`` the body is read before returning.
         """
-        exchange = request.extensions.get(EXCHANGE)
-        if self.recorder is not None:  # straight to the recorder (not through _emit): this runs per request
-            self.recorder.emit(
-                "request",
-                session_id=session_id,
-                attempt=attempt,
-                call=call,
-                exchange=exchange,
-                method=request.method,
-                url=request.extensions.get(URL_TEXT) or str(request.url),
-                headers=request.headers,
-                body=request.content,
-            )
+        tap = None
+        if events.active:
+            tap = ExchangeTap(events, session_id=session_id, call=call, attempt=attempt)
+            tap.request(request.method, request.extensions[URL_TEXT], request.headers, request.content)
         started = time.monotonic_ns()
         try:
             # straight to the transport: no redirects, auth, cookies or hooks to run (httpx2's send
@@ -252,31 +255,21 @@ class AsyncClient:
             if attempt >= self.retry.attempts:
                 raise
             wait = self.retry.backoff_for(attempt)
-            self._emit(
-                "retry", session_id=session_id, attempt=attempt, call=call, reason=type(exc).__name__, backoff=wait
-            )
+            if events.active:
+                events.publish(RetryEvent(session_id=session_id, attempt=attempt, call=call,
+                                          reason=type(exc).__name__, backoff=wait))  # fmt: skip
             await asyncio.sleep(wait)
             return None
         ttfb_ns = time.monotonic_ns() - started
-        if not stream or not response.headers.get("content-type", "").startswith("text/event-stream"):
+        if not stream or not is_event_stream(response.headers):
             stream = False  # an error answer to a /call: its JSON body is read (and recorded) now
             try:
                 await response.aread()
             finally:
                 await response.aclose()
-        if self.recorder is not None:
-            self.recorder.emit(
-                "response",
-                session_id=session_id,
-                attempt=attempt,
-                call=call,
-                exchange=exchange,
-                status=response.status_code,
-                headers=response.headers,
-                ttfb_ns=ttfb_ns,
-                body=None if stream else response.content,
-            )
-        return response
+        if tap is not None:
+            tap.response(response.status_code, response.headers, ttfb_ns, None if stream else response.content)
+        return response, tap
 
     def _error(self, response: httpx2.Response, session_id: str | None, task_id: str | None = None) -> ServerError:
         detail = _detail(response)
@@ -302,38 +295,28 @@ class AsyncClient:
         return ServerError(message, status_code=status, detail=detail, **context)
 
     async def _call(self, session: AsyncSession, name: str, tool_input: Mapping[str, Any]) -> ToolResult:
-        """One ``/call``, recorded as a ``result`` or ``call_error`` row at its end."""
+        """One ``/call``, published as a ``result`` or ``call_error`` event at its end."""
         call_number = session._next_call()
+        events = session.events
         try:
             result = await self._call_attempts(session, name, tool_input, call_number)
         except (ORSError, httpx2.HTTPError) as exc:
-            self._emit(
-                "call_error",
-                session_id=session.sid,
-                call=call_number,
-                task_id=getattr(exc, "task_id", None),
-                error=f"{type(exc).__name__}: {getattr(exc, 'message', exc)}",
-            )
+            if events.active:
+                events.publish(CallErrorEvent(session_id=session.sid, call=call_number,
+                                              task_id=getattr(exc, "task_id", None),
+                                              error=describe_error(exc)))  # fmt: skip
             raise
-        if self.recorder is not None:
-            self.recorder.emit(
-                "result",
-                session_id=session.sid,
-                call=call_number,
-                task_id=result.task_id,
-                ok=result.ok,
-                reward=result.reward,
-                finished=result.finished,
-                error=result.error,
-                reason=result.reason,
-            )
+        if events.active:
+            events.publish(ResultEvent(session_id=session.sid, call=call_number, task_id=result.task_id, ok=result.ok,
+                                       reward=result.reward, finished=result.finished, error=result.error,
+                                       reason=result.reason))  # fmt: skip
         return result
 
     async def _call_attempts(
         self, session: AsyncSession, name: str, tool_input: Mapping[str, Any], call_number: int
     ) -> ToolResult:
         """Send, assemble the stream, resume it with its task_id if it drops."""
-        sid, path = session.sid, f"/{session.environment}/call"
+        sid, path, events = session.sid, f"/{session.environment}/call", session.events
         body: dict[str, Any] = {"name": name, "input": dict(tool_input)}
         task_id: str | None = None
         attempt = resumes = 0
@@ -344,7 +327,7 @@ class AsyncClient:
                 "POST", path, body if task_id is None else {**body, "task_id": task_id}, sid, stream=True
             )
             try:
-                response = await self._send(request, sid, attempt, stream=True, call=call_number)
+                sent = await self._send(events, request, sid, attempt, stream=True, call=call_number)
             except BEFORE_SENDING:
                 raise
             except httpx2.TransportError as exc:
@@ -355,10 +338,11 @@ class AsyncClient:
                         session_id=sid,
                         request=request,
                     ) from exc
-                resumes = await self._before_resume(sid, task_id, request, resumes, exc, attempt, call_number)
+                resumes = await self._before_resume(events, sid, task_id, request, resumes, exc, attempt, call_number)
                 continue
-            if response is None:
+            if sent is None:
                 continue
+            response, tap = sent
             if response.status_code != 200:
                 await response.aread()
                 wait = self.retry.wait_after(response, attempt, waited_starting)
@@ -366,33 +350,22 @@ class AsyncClient:
                     raise self._error(response, sid, task_id)
                 if response.status_code == 503:
                     waited_starting += wait
-                self._emit(
-                    "retry",
-                    session_id=sid,
-                    attempt=attempt,
-                    call=call_number,
-                    reason=str(response.status_code),
-                    backoff=wait,
-                )
+                if events.active:
+                    events.publish(RetryEvent(session_id=sid, attempt=attempt, call=call_number,
+                                              reason=str(response.status_code), backoff=wait))  # fmt: skip
                 await asyncio.sleep(wait)
                 continue
             assembler = CallAssembler(task_id)
             drop: httpx2.TransportError | None = None
             try:
-                result = await self._read_stream(response, assembler, sid, attempt, call_number)
+                result = await self._read_stream(response, BodyReader(tap, assembler))
             except ORSError as exc:
                 exc.session_id, exc.request = sid, request
                 exc.task_id = exc.task_id or assembler.task_id
                 raise
             except httpx2.TransportError as exc:
-                self._emit(
-                    "disconnect",
-                    session_id=sid,
-                    attempt=attempt,
-                    call=call_number,
-                    exchange=request.extensions.get(EXCHANGE),
-                    error=f"{type(exc).__name__}: {exc}",
-                )
+                if tap is not None:
+                    tap.disconnect(exc)
                 result, drop = None, exc
             if result is not None:
                 return result
@@ -404,10 +377,11 @@ class AsyncClient:
                     session_id=sid,
                     request=request,
                 ) from drop
-            resumes = await self._before_resume(sid, task_id, request, resumes, drop, attempt, call_number)
+            resumes = await self._before_resume(events, sid, task_id, request, resumes, drop, attempt, call_number)
 
     async def _before_resume(
         self,
+        events: EventStream,
         sid: str,
         task_id: str,
         request: httpx2.Request,
@@ -425,107 +399,102 @@ class AsyncClient:
                 request=request,
             ) from cause
         wait = self.retry.backoff_for(resumes)
-        self._emit(
-            "retry", session_id=sid, attempt=attempt, call=call_number, reason="resume", task_id=task_id, backoff=wait
-        )
+        if events.active:
+            events.publish(RetryEvent(session_id=sid, attempt=attempt, call=call_number, reason="resume",
+                                      task_id=task_id, backoff=wait))  # fmt: skip
         await asyncio.sleep(wait)
         return resumes
 
-    async def _read_stream(
-        self, response: httpx2.Response, assembler: CallAssembler, sid: str, attempt: int, call_number: int
-    ) -> ToolResult | None:
-        """Decode one SSE response into the assembler; the result, or None if it ended early."""
+    async def _read_stream(self, response: httpx2.Response, reader: BodyReader) -> ToolResult | None:
+        """Decode one SSE response through ``reader``; the result, or None if it ended early."""
         try:
             content_type = response.headers.get("content-type", "")
             if not content_type.startswith("text/event-stream"):
                 await response.aread()
                 raise MalformedStreamError(f"expected an SSE stream, got {content_type!r}: {response.text[:200]!r}")
-            tap = SSETap(
-                self.recorder.emit if self.recorder is not None else None,
-                assembler,
-                session_id=sid,
-                attempt=attempt,
-                call=call_number,
-                exchange=response.request.extensions.get(EXCHANGE),
-            )
             chunks = response.aiter_bytes() if "content-encoding" in response.headers else response.aiter_raw()
             loop = asyncio.get_running_loop()
             heartbeat = self.heartbeat_timeout
             try:
                 async with asyncio.timeout(heartbeat) as silence:
                     async for chunk in chunks:
-                        if tap.result is None:
+                        if reader.result is None:
                             silence.reschedule(loop.time() + heartbeat)
-                            if tap.feed(chunk) is not None:
+                            if reader.feed(chunk) is not None:
                                 # read on to the end of the body (the server closes it right after
                                 # `end`), so the connection goes back to the pool instead of closing
                                 silence.reschedule(loop.time() + DRAIN_TIMEOUT)
                         else:
-                            tap.feed(chunk)
+                            reader.feed(chunk)
             except httpx2.TransportError:
-                if tap.result is not None:
-                    return tap.result  # the body broke after `end`: the result is whole
+                if reader.result is not None:
+                    return reader.result  # the body broke after `end`: the result is whole
                 raise
             except TimeoutError as exc:
-                if tap.result is not None:
-                    return tap.result
+                if reader.result is not None:
+                    return reader.result
                 raise httpx2.ReadTimeout(
                     f"no bytes for {heartbeat:g} s on a /call stream (pings come every 10 s)", request=response.request
                 ) from exc
-            return tap.result
+            return reader.result
         finally:
             await response.aclose()
 
-    async def _server_flavor(self) -> str:
+    async def _server_flavor(self, events: EventStream) -> str:
         """``openreward`` when the server has ``/version`` (openreward's own route), else ``ors-sdk``."""
         attempt = 0
         while self._flavor is None:
             attempt += 1
-            response = await self._send(self._request("GET", "/version", None, None), None, attempt)
-            if response is not None:
-                self._flavor = "openreward" if response.status_code == 200 else "ors-sdk"
+            sent = await self._send(events, self._request("GET", "/version", None, None), None, attempt)
+            if sent is not None:
+                self._flavor = "openreward" if sent[0].status_code == 200 else "ors-sdk"
         return self._flavor
 
 
 class AsyncEnvironment:
-    """One environment on a server: its splits, tasks and tools, and sessions on its tasks."""
+    """One environment on a server: its splits, tasks and tools, and sessions on its tasks.
 
-    def __init__(self, client: AsyncClient, name: str) -> None:
+    ``events`` is where it and its sessions publish: the client's stream, unless it was given one.
+    """
+
+    def __init__(self, client: AsyncClient, name: str, *, events: EventStream | None = None) -> None:
         self.client = client
         self.name = name
+        self.events = events if events is not None else client.events
 
     def __repr__(self) -> str:
         return f"AsyncEnvironment({self.name!r}, url={self.client.base_url!r})"
 
+    async def _json(self, method: str, path: str, body: Any = None) -> Any:
+        return await self.client._json(self.events, method, f"/{self.name}/{path}", body)
+
     async def splits(self) -> list[Split]:
         """The environment's splits."""
-        return [Split.from_wire(s) for s in await self.client._json("GET", f"/{self.name}/splits")]
+        return [Split.from_wire(s) for s in await self._json("GET", "splits")]
 
     async def tasks(self, split: str) -> list[Task]:
         """Every task of a split."""
-        body = await self.client._json("POST", f"/{self.name}/tasks", {"split": split})
+        body = await self._json("POST", "tasks", {"split": split})
         return [Task.from_wire(spec, self.name) for spec in body["tasks"]]
 
     async def num_tasks(self, split: str) -> int:
         """How many tasks a split has."""
-        body = await self.client._json("POST", f"/{self.name}/num_tasks", {"split": split})
+        body = await self._json("POST", "num_tasks", {"split": split})
         return int(body["num_tasks"])
 
     async def task(self, split: str, index: int) -> Task:
         """One task by position (negative counts from the end)."""
-        body = await self.client._json("POST", f"/{self.name}/task", {"split": split, "index": index})
+        body = await self._json("POST", "task", {"split": split, "index": index})
         return Task.from_wire(body["task"], self.name)
 
     async def task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[Task]:
         """Tasks ``start:stop`` of a split, with Python slice semantics."""
-        body = await self.client._json(
-            "POST", f"/{self.name}/task_range", {"split": split, "start": start, "stop": stop}
-        )
+        body = await self._json("POST", "task_range", {"split": split, "start": start, "stop": stop})
         return [Task.from_wire(spec, self.name) for spec in body["tasks"]]
 
     async def tools(self) -> list[ToolSpec]:
         """The tools every task of this environment shares."""
-        body = await self.client._json("GET", f"/{self.name}/tools")
+        body = await self._json("GET", "tools")
         return [ToolSpec.from_wire(t) for t in body["tools"]]
 
     def session(
@@ -561,6 +530,7 @@ class AsyncSession:
     ) -> None:
         self.client = environment.client
         self.environment = environment.name
+        self.events = environment.events
         self.task = task if isinstance(task, Task) or task is None else Task(environment.name, dict(task))
         self.split = split
         self.index = index
@@ -574,7 +544,14 @@ class AsyncSession:
 
     def __repr__(self) -> str:
         where = f"task={self.task!r}" if self.task is not None else f"split={self.split!r}, index={self.index}"
-        return f"AsyncSession({self.environment!r}, {where}, sid={self.sid!r}, {self._state})"
+        return f"AsyncSession({self.environment!r}, {where}, sid={self.sid!r}, {self.state})"
+
+    @property
+    def state(self) -> str:
+        """``new``, ``opening``, ``open``, ``expired`` (the server no longer knows it) or ``closed``."""
+        if self._dead is not None and self._state != "closed":
+            return "expired"
+        return self._state
 
     @property
     def closed(self) -> bool:
@@ -596,6 +573,9 @@ class AsyncSession:
         except Exception as close_error:  # the block's own exception matters more; the server reaps in 900 s
             exc.add_note(f"ors_lab: deleting session {self.sid} failed too: {close_error!r}")
 
+    async def _json(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
+        return await self.client._json(self.events, method, path, body, session_id=self.sid, **options)
+
     async def open(self) -> None:
         """Create the session on the server (one request) and start its keep-alive pings."""
         if self._state != "new":
@@ -607,7 +587,7 @@ class AsyncSession:
             body["split"], body["index"] = self.split, self.index
         headers = None
         if self._secrets:
-            if await self.client._server_flavor() == "openreward":
+            if await self.client._server_flavor(self.events) == "openreward":
                 secrets = {name: {"value": value} for name, value in self._secrets.items()}
                 headers = {"X-Secrets": base64.b64encode(_dumps(secrets)).decode()}
             else:
@@ -615,20 +595,16 @@ class AsyncSession:
         self._state = "opening"
         self.client._sessions.add(self)
         try:
-            await self.client._json("POST", "/create", body, session_id=self.sid, extra_headers=headers)
+            await self._json("POST", "/create", body, extra_headers=headers)
         except BaseException:
             self._state = "closed"
             self.client._sessions.discard(self)
             raise
         self._state = "open"
-        self.client._emit(
-            "open",
-            session_id=self.sid,
-            environment=self.environment,
-            split=self.split,
-            task_index=self.index,
-            task=None if self.task is None else self.task.spec,
-        )
+        if self.events.active:
+            self.events.publish(OpenEvent(session_id=self.sid, environment=self.environment, split=self.split,
+                                          task_index=self.index,
+                                          task=None if self.task is None else self.task.spec))  # fmt: skip
         self._pinger = asyncio.create_task(self._keep_alive(), name=f"ors-lab ping {self.sid}")
 
     async def _keep_alive(self) -> None:
@@ -644,9 +620,10 @@ class AsyncSession:
 
     async def ping(self) -> None:
         """Tell the server the session is in use (the keep-alive task does this every 10 s)."""
-        await self.client._json("POST", "/ping", session_id=self.sid)
+        await self._json("POST", "/ping")
         self.pings += 1
-        self.client._emit("ping", session_id=self.sid)
+        if self.events.active:
+            self.events.publish(PingEvent(session_id=self.sid))
 
     def _check(self) -> None:
         if self._dead is not None:
@@ -661,14 +638,12 @@ class AsyncSession:
     async def prompt(self) -> list[Block]:
         """The task's prompt, as blocks."""
         self._check()
-        return list(
-            blocks_from_wire(await self.client._json("GET", f"/{self.environment}/prompt", session_id=self.sid))
-        )
+        return list(blocks_from_wire(await self._json("GET", f"/{self.environment}/prompt")))
 
     async def tools(self) -> list[ToolSpec]:
         """The tools of this session: the shared ones, then the task's own."""
         self._check()
-        body = await self.client._json("GET", f"/{self.environment}/task_tools", session_id=self.sid)
+        body = await self._json("GET", f"/{self.environment}/task_tools")
         return [ToolSpec.from_wire(t) for t in body["tools"]]
 
     async def call(self, name: str, input: Mapping[str, Any] | None = None) -> ToolResult:
@@ -687,6 +662,7 @@ class AsyncSession:
         if pinger is not None:
             pinger.cancel()
         try:
-            await self.client._json("POST", "/delete", session_id=self.sid)
+            await self._json("POST", "/delete")
         finally:
-            self.client._emit("close", session_id=self.sid)
+            if self.events.active:
+                self.events.publish(CloseEvent(session_id=self.sid))

@@ -20,10 +20,10 @@ from ors_lab.client.aclient import (
     AsyncClient,
     AsyncEnvironment,
     AsyncSession,
-    EventSink,
 )
 from ors_lab.client.policy import RetryPolicy
 from ors_lab.client.runner import Runner
+from ors_lab.events import EventStream, Subscriber
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec
 
 __all__ = ["Client", "Environment", "Session"]
@@ -32,7 +32,8 @@ __all__ = ["Client", "Environment", "Session"]
 class Client:
     """An ORS server, from synchronous code (scripts and notebooks): ``Client(url)``.
 
-    Takes the same arguments as ``AsyncClient``; ``client.aio`` is the async client underneath.
+    Takes the same arguments as ``AsyncClient``; ``client.aio`` is the async client underneath,
+    and ``client.events`` its event stream.
     """
 
     def __init__(
@@ -43,7 +44,7 @@ class Client:
         headers: Mapping[str, str] | None = None,
         timeout: float | httpx2.Timeout = DEFAULT_TIMEOUT,
         transport: httpx2.AsyncBaseTransport | None = None,
-        recorder: EventSink | None = None,
+        recorder: Subscriber | None = None,
         retry: RetryPolicy | None = None,
         ping_interval: float = PING_INTERVAL,
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
@@ -61,9 +62,15 @@ class Client:
             heartbeat_timeout=heartbeat_timeout,
         )
         self.base_url = self.aio.base_url
+        self.events = self.aio.events
 
     def __repr__(self) -> str:
         return f"Client({self.base_url!r})"
+
+    @property
+    def runner(self) -> Runner:
+        """What runs this client's coroutines: the kernel's loop in Jupyter, else a private loop thread."""
+        return self._runner
 
     def __enter__(self) -> Self:
         return self
@@ -86,9 +93,9 @@ class Client:
         """The environment names the server hosts; the first is its default."""
         return self._runner.run(self.aio.environments())
 
-    def environment(self, name: str) -> Environment:
-        """One environment by name (no request is made until you use it)."""
-        return Environment(self._runner, self.aio.environment(name))
+    def environment(self, name: str, *, events: EventStream | None = None) -> Environment:
+        """One environment by name (no request is made until you use it); ``events`` as in ``AsyncClient``."""
+        return Environment(self._runner, self.aio.environment(name, events=events))
 
 
 class Environment:
@@ -98,9 +105,15 @@ class Environment:
         self._runner = runner
         self.aio = aio
         self.name = aio.name
+        self.events = aio.events
 
     def __repr__(self) -> str:
         return f"Environment({self.name!r}, url={self.aio.client.base_url!r})"
+
+    @property
+    def runner(self) -> Runner:
+        """What runs this environment's coroutines (its client's runner)."""
+        return self._runner
 
     def splits(self) -> list[Split]:
         """The environment's splits."""
@@ -147,6 +160,7 @@ class Session:
         self.sid = aio.sid
         self.environment = aio.environment
         self.task = aio.task
+        self.events = aio.events
 
     def __repr__(self) -> str:
         return repr(self.aio).replace("AsyncSession(", "Session(", 1)
@@ -160,6 +174,11 @@ class Session:
     def closed(self) -> bool:
         """True once the session was closed or found dead."""
         return self.aio.closed
+
+    @property
+    def state(self) -> str:
+        """``new``, ``opening``, ``open``, ``expired`` or ``closed`` (as ``AsyncSession.state``)."""
+        return self.aio.state
 
     def __enter__(self) -> Self:
         self.open()

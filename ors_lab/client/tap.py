@@ -1,65 +1,243 @@
-"""Reading an SSE body chunk by chunk, the one way the client and the recording proxy both do it.
+"""How an HTTP exchange becomes events: the one recording seam of the ORS client, the agent's LLM
+client and the recording proxy.
 
-Each network chunk is reported (``chunk`` row with its size), decoded by the spec-exact decoder,
-each event and comment reported (``event`` / ``comment`` rows), and, for a ``/call`` body, fed to
-the assembler, which yields the result at ``end``.
+An ``ExchangeTap`` stands for one request (one attempt of it): it publishes the request, the
+response head (with the body of a plain answer), and, through ``BodyReader``, every network chunk
+of a streamed body, each SSE event and comment the spec-exact decoder finds in it, and the
+disconnect if it breaks. A ``/call`` body is also fed to the ``CallAssembler``, which gives the
+result at ``end``. ``RecordingTransport`` wraps any httpx2 transport so that the exchanges made
+through it are tapped the same way (the agent's LLM traffic).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import httpx2
+
+from ors_lab.events import (
+    ChunkEvent,
+    CommentEvent,
+    DisconnectEvent,
+    EventStream,
+    RequestEvent,
+    ResponseEvent,
+    SSEEvent,
+)
 from ors_lab.protocol.call import CallAssembler
 from ors_lab.protocol.models import ToolResult
 from ors_lab.protocol.sse import SSEComment, SSEDecoder
 
-__all__ = ["EXCHANGES", "Emit", "SSETap"]
-
-Emit = Callable[..., None]
+__all__ = ["EXCHANGES", "BodyReader", "ExchangeTap", "RecordingTransport", "describe_error", "is_event_stream"]
 
 EXCHANGES = itertools.count(1)
-"""Exchange numbers for the trace: one counter per process, shared by every client and proxy in it,
-so that requests recorded into one trace never share a number."""
+"""Exchange numbers: one counter per process, shared by every client and proxy in it, so that the
+requests recorded into one trace never share a number."""
 
 
-class SSETap:
-    """Feed it the body's chunks; ``feed`` returns the result once, when ``end`` completes it.
+def describe_error(exc: BaseException) -> str:
+    """``ExceptionType: message``, as disconnect and error rows hold an exception."""
+    return f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
 
-    ``assembler`` is None for SSE bodies that are not ``/call`` results (``/create_session``).
+
+def is_event_stream(headers: httpx2.Headers) -> bool:
+    """True for a ``text/event-stream`` response."""
+    return headers.get("content-type", "").startswith("text/event-stream")
+
+
+class ExchangeTap:
+    """Publishes one exchange's events on ``events``; every event carries the exchange's context."""
+
+    __slots__ = ("agent", "attempt", "call", "events", "exchange", "rollout", "session_id")
+
+    def __init__(
+        self,
+        events: EventStream,
+        *,
+        session_id: str | None = None,
+        rollout: int | None = None,
+        call: int | None = None,
+        attempt: int | None = None,
+        agent: bool = False,
+    ) -> None:
+        self.events = events
+        self.session_id = session_id
+        self.rollout = rollout
+        self.call = call
+        self.attempt = attempt
+        self.agent = agent
+        self.exchange = next(EXCHANGES)
+
+    def request(self, method: str, url: str, headers: Any, body: bytes | None) -> None:
+        """The request, as sent."""
+        self.events.publish(
+            RequestEvent(
+                session_id=self.session_id,
+                rollout=self.rollout,
+                call=self.call,
+                attempt=self.attempt,
+                exchange=self.exchange,
+                agent=self.agent,
+                method=method,
+                url=url,
+                headers=headers,
+                body=body,
+            )
+        )
+
+    def response(self, status: int, headers: Any, ttfb_ns: int | None, body: bytes | None = None) -> None:
+        """The response head, and the whole body of an answer that is not streamed."""
+        self.events.publish(
+            ResponseEvent(
+                session_id=self.session_id,
+                rollout=self.rollout,
+                call=self.call,
+                attempt=self.attempt,
+                exchange=self.exchange,
+                agent=self.agent,
+                status=status,
+                headers=headers,
+                ttfb_ns=ttfb_ns,
+                body=body,
+            )
+        )
+
+    def disconnect(self, error: BaseException | str) -> None:
+        """The request or its body broke before the end."""
+        text = error if isinstance(error, str) else describe_error(error)
+        self.events.publish(
+            DisconnectEvent(
+                session_id=self.session_id,
+                rollout=self.rollout,
+                call=self.call,
+                attempt=self.attempt,
+                exchange=self.exchange,
+                agent=self.agent,
+                error=text,
+            )
+        )
+
+    def reader(self, assembler: CallAssembler | None = None) -> BodyReader:
+        """A reader for the streamed body (``assembler``: a ``/call`` body's, to get its result)."""
+        return BodyReader(self, assembler)
+
+
+class BodyReader:
+    """Feed it a streamed body's chunks; ``feed`` returns the result once, when ``end`` completes it.
+
+    ``tap`` is None when nobody listens: the chunks are then only decoded for the assembler.
     Errors of the assembler (``ToolError``, ``UnknownTaskError``, ``MalformedStreamError``) are
-    raised from ``feed`` after the event that caused them was reported.
+    raised from ``feed`` after the event that caused them was published.
     """
 
-    __slots__ = ("assembler", "context", "decoder", "emit", "result")
+    __slots__ = ("assembler", "decoder", "result", "tap")
 
-    def __init__(self, emit: Emit | None, assembler: CallAssembler | None, **context: Any) -> None:
-        self.emit = emit
+    def __init__(self, tap: ExchangeTap | None, assembler: CallAssembler | None) -> None:
+        self.tap = tap
         self.assembler = assembler
-        self.context = context
         self.decoder = SSEDecoder()
         self.result: ToolResult | None = None
 
     def feed(self, chunk: bytes) -> ToolResult | None:
         """Take one network chunk; return the result when this chunk completed it."""
-        emit, context, assembler = self.emit, self.context, self.assembler
-        if emit is not None:
-            emit("chunk", size=len(chunk), **context)
+        tap, assembler = self.tap, self.assembler
+        items = self.decoder.feed(chunk)
+        if tap is not None:
+            publish = tap.events.publish
+            sid, rollout, call, attempt, exchange, agent = (tap.session_id, tap.rollout, tap.call, tap.attempt,
+                                                            tap.exchange, tap.agent)  # fmt: skip
+            publish(ChunkEvent(session_id=sid, rollout=rollout, call=call, attempt=attempt, exchange=exchange,
+                               agent=agent, size=len(chunk)))  # fmt: skip
         completed = None
-        for item in self.decoder.feed(chunk):
-            if emit is not None:
+        for item in items:
+            if tap is not None:
                 if isinstance(item, SSEComment):
-                    emit("comment", comment=item.text, **context)
+                    publish(CommentEvent(session_id=sid, rollout=rollout, call=call, attempt=attempt,
+                                         exchange=exchange, agent=agent, comment=item.text))  # fmt: skip
                 else:
-                    emit(
-                        "event",
-                        event=item.event,
-                        data=item.data,
-                        sse_id=item.id or None,
-                        retry_ms=item.retry,
-                        **context,
-                    )
+                    publish(SSEEvent(session_id=sid, rollout=rollout, call=call, attempt=attempt, exchange=exchange,
+                                     agent=agent, event=item.event, data=item.data, sse_id=item.id or None,
+                                     retry_ms=item.retry))  # fmt: skip
             if assembler is not None and self.result is None:
                 completed = self.result = assembler.feed(item)
         return completed
+
+
+TapFor = Callable[[httpx2.Request], ExchangeTap | None]
+"""Given a request, the tap to publish its exchange with, or None to let it pass untapped."""
+
+
+class _TappedStream(httpx2.AsyncByteStream):
+    """A response body, published chunk by chunk (and decoded as SSE) as the caller reads it."""
+
+    def __init__(self, stream: Any, tap: ExchangeTap) -> None:
+        self._stream = stream
+        self._tap = tap
+        self._reader = tap.reader()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._stream:
+                self._reader.feed(chunk)
+                yield chunk
+        except httpx2.TransportError as exc:
+            self._tap.disconnect(exc)
+            raise
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class RecordingTransport(httpx2.AsyncBaseTransport):
+    """Wraps a transport; the exchanges ``tap_for`` gives a tap for are published through it.
+
+    A plain answer is read whole and published in its response event; a streamed one is published
+    chunk by chunk as the caller reads it. ``aclose`` closes the inner transport only when this made
+    it: a transport given to it belongs to the caller, who may share it.
+    """
+
+    def __init__(self, tap_for: TapFor, inner: httpx2.AsyncBaseTransport | None = None) -> None:
+        from ors_lab.client.transport import AiohttpTransport
+
+        self.tap_for = tap_for
+        self._owns_inner = inner is None
+        self.inner = inner if inner is not None else AiohttpTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        tap = self.tap_for(request)
+        if tap is None:
+            return await self.inner.handle_async_request(request)
+        body = await request.aread()
+        tap.request(request.method, str(request.url), request.headers, body)
+        started = time.monotonic_ns()
+        try:
+            response = await self.inner.handle_async_request(request)
+        except httpx2.TransportError as exc:
+            tap.disconnect(exc)
+            raise
+        ttfb_ns = time.monotonic_ns() - started
+        if not is_event_stream(response.headers):
+            try:  # a plain answer is read whole now, and published with its response
+                content = await response.aread()
+            except httpx2.TransportError as exc:
+                tap.disconnect(exc)
+                raise
+            finally:
+                await response.aclose()
+            tap.response(response.status_code, response.headers, ttfb_ns, content)
+            return response
+        tap.response(response.status_code, response.headers, ttfb_ns)
+        return httpx2.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_TappedStream(response.stream, tap),
+            request=request,
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        if self._owns_inner:
+            await self.inner.aclose()
