@@ -11,22 +11,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# The recorder's hot path is a C extension (setup.py): it needs a C compiler and Python's headers.
-# A machine without them gets Debian's (gcc; python3-dev, for a Debian Python).
-$(STAMP): pyproject.toml setup.py ors_lab/recording/_rows.c | $(BIN)/python
-	@command -v gcc >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq gcc; }
-	@test -f "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" || \
-		{ apt-get update -qq && apt-get install -y -qq python3-dev; }
+# ors_lab is pure Python: no compiler, no system package.
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/ors-lab demo
 
+# lint-imports checks the layers drawn in the README (contracts in pyproject.toml, one in tests/contracts.py).
 lint: $(STAMP)
 	$(BIN)/ruff check ors_lab tests bench
 	$(BIN)/ruff format --check ors_lab
 	$(BIN)/mypy
+	PYTHONPATH=. $(BIN)/lint-imports --no-cache
 
 # Jupyter and IPython state stays out of $HOME; the kernel runs from this venv.
 test: $(STAMP) lint

@@ -4,7 +4,9 @@ The official SDKs speak aiohttp, which no httpx hook can see; pointed at this pr
 server, they are recorded like our own client: requests, responses, every network chunk, SSE event
 and comment, results, and the session steps (open on ``/create``, ping, close on ``/delete``).
 Bodies stream through as they arrive (pings and chunks reach the client when the server sends
-them); nothing is buffered but plain JSON answers. Redirects are passed back, not followed.
+them); nothing is buffered but plain JSON answers. Redirects are passed back, not followed. What
+passes through is published as typed events on the proxy's ``events`` stream, through the same
+``ExchangeTap`` the ORS client records itself with; the recorder is its subscriber.
 
 ``ors-lab proxy UPSTREAM --port P --out TRACE`` runs it from the command line.
 """
@@ -24,8 +26,17 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ors_lab.asgi import serve_app
-from ors_lab.client.tap import EXCHANGES, SSETap
+from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream
 from ors_lab.client.transport import AiohttpTransport
+from ors_lab.events import (
+    CallErrorEvent,
+    CloseEvent,
+    EventStream,
+    OpenEvent,
+    PingEvent,
+    ResultEvent,
+    Subscriber,
+)
 from ors_lab.protocol.call import CallAssembler
 from ors_lab.protocol.errors import ORSError
 from ors_lab.recording.recorder import Recorder
@@ -50,11 +61,16 @@ METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 class RecordingProxy:
-    """The proxy's state: upstream, recorder, call numbering per session, and the ASGI ``app``."""
+    """The proxy's state: upstream, event stream, call numbering per session, and the ASGI ``app``.
 
-    def __init__(self, upstream: str, recorder: Recorder) -> None:
+    ``recorder`` (a ``Recorder`` or any subscriber) is subscribed to ``events``.
+    """
+
+    def __init__(self, upstream: str, recorder: Subscriber | None = None) -> None:
         self.upstream = upstream.rstrip("/")
-        self.recorder = recorder
+        self.events = EventStream()
+        if recorder is not None:
+            self.events.subscribe(recorder)
         self._http: httpx2.AsyncClient | None = None
         self._calls: dict[str | None, int] = {}
         self._tasks: dict[str, tuple[int, int]] = {}  # task_id -> (call, attempts so far)
@@ -75,7 +91,6 @@ class RecordingProxy:
         return self._http
 
     async def _handle(self, request: Request) -> Response:
-        emit = self.recorder.emit
         body = await request.body()
         path = request.url.path
         url = self.upstream + path + (f"?{request.url.query}" if request.url.query else "")
@@ -85,29 +100,28 @@ class RecordingProxy:
         task_id: str | None = None
         if request.method == "POST" and path.endswith("/call"):
             call, attempt, task_id = self._number_call(sid, body)
-        context = {"session_id": sid, "call": call, "attempt": attempt, "exchange": next(EXCHANGES)}
-        emit("request", method=request.method, url=url, headers=headers, body=body, **context)
+        tap = ExchangeTap(self.events, session_id=sid, call=call, attempt=attempt)
+        tap.request(request.method, url, headers, body)
         upstream = self._client().build_request(request.method, url, headers=headers, content=body)
         started = time.monotonic_ns()
         try:
             response = await self._client().send(upstream, stream=True)
         except httpx2.HTTPError as exc:
-            emit("disconnect", error=f"{type(exc).__name__}: {exc}", **context)
-            detail = json.dumps({"detail": f"ors-lab proxy: upstream failed: {type(exc).__name__}: {exc}"})
+            tap.disconnect(exc)
+            detail = json.dumps({"detail": f"ors-lab proxy: upstream failed: {describe_error(exc)}"})
             return Response(detail, status_code=502, media_type="application/json")
         ttfb_ns = time.monotonic_ns() - started
         out_headers = {k: v for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP}
-        if response.headers.get("content-type", "").startswith("text/event-stream"):
-            emit("response", status=response.status_code, headers=response.headers, ttfb_ns=ttfb_ns, **context)
+        if is_event_stream(response.headers):
+            tap.response(response.status_code, response.headers, ttfb_ns)
             return StreamingResponse(
-                self._stream(response, call, task_id, context), status_code=response.status_code, headers=out_headers
+                self._stream(response, tap, task_id), status_code=response.status_code, headers=out_headers
             )
         try:
             content = await response.aread()
         finally:
             await response.aclose()
-        emit("response", status=response.status_code, headers=response.headers, ttfb_ns=ttfb_ns, body=content,
-             **context)  # fmt: skip
+        tap.response(response.status_code, response.headers, ttfb_ns, content)
         if response.status_code < 300 and sid is not None:
             await self._session_step(path, sid, body)
         elif 300 <= response.status_code < 400 and call is not None and attempt is not None:
@@ -131,46 +145,46 @@ class RecordingProxy:
         self._calls[sid] = call
         return call, 1, task_id
 
-    async def _stream(
-        self, response: httpx2.Response, call: int | None, task_id: str | None, context: dict[str, Any]
-    ) -> AsyncIterator[bytes]:
-        emit = self.recorder.emit
-        tap = SSETap(emit, CallAssembler(task_id) if call is not None else None, **context)
+    async def _stream(self, response: httpx2.Response, tap: ExchangeTap, task_id: str | None) -> AsyncIterator[bytes]:
+        call, sid, publish = tap.call, tap.session_id, self.events.publish
+        reader = BodyReader(tap, CallAssembler(task_id) if call is not None else None)
         failed = False
         try:
             async for chunk in response.aiter_raw():
                 try:
-                    result = tap.feed(chunk)
+                    result = reader.feed(chunk)
                 except ORSError as exc:
                     result, failed = None, True
-                    emit("call_error", task_id=exc.task_id, error=f"{type(exc).__name__}: {exc.message}",
-                         **_call_context(context))  # fmt: skip
-                if tap.assembler is not None and tap.assembler.task_id and call is not None:
-                    self._tasks.setdefault(tap.assembler.task_id, (call, context["attempt"] or 1))
-                if result is not None:
-                    emit("result", task_id=result.task_id, ok=result.ok, reward=result.reward,
-                         finished=result.finished, error=result.error, reason=result.reason,
-                         **_call_context(context))  # fmt: skip
+                    if call is not None:
+                        publish(
+                            CallErrorEvent(session_id=sid, call=call, task_id=exc.task_id, error=describe_error(exc))
+                        )
+                if reader.assembler is not None and reader.assembler.task_id and call is not None:
+                    self._tasks.setdefault(reader.assembler.task_id, (call, tap.attempt or 1))
+                if result is not None and call is not None:
+                    publish(ResultEvent(session_id=sid, call=call, task_id=result.task_id, ok=result.ok,
+                                        reward=result.reward, finished=result.finished, error=result.error,
+                                        reason=result.reason))  # fmt: skip
                 yield chunk
-            if call is not None and tap.result is None and not failed:
-                emit("disconnect", error="the stream ended before end or error", **context)
+            if call is not None and reader.result is None and not failed:
+                tap.disconnect("the stream ended before end or error")
         except httpx2.HTTPError as exc:
-            emit("disconnect", error=f"{type(exc).__name__}: {exc}", **context)
+            tap.disconnect(exc)
             raise
         finally:
             await response.aclose()
 
     async def _session_step(self, path: str, sid: str, body: bytes) -> None:
-        emit = self.recorder.emit
+        publish = self.events.publish
         if path == "/create":
             spec = _json_object(body)
             environment = spec.get("env_name") or await self._default_environment()
-            emit("open", session_id=sid, environment=environment, split=spec.get("split"),
-                 task_index=spec.get("index"), task=spec.get("task_spec"))  # fmt: skip
+            publish(OpenEvent(session_id=sid, environment=environment, split=spec.get("split"),
+                              task_index=spec.get("index"), task=spec.get("task_spec")))  # fmt: skip
         elif path == "/ping":
-            emit("ping", session_id=sid)
+            publish(PingEvent(session_id=sid))
         elif path == "/delete":
-            emit("close", session_id=sid)
+            publish(CloseEvent(session_id=sid))
 
     async def _default_environment(self) -> str | None:
         """The server's default environment (the first it lists), for /create bodies that name none."""
@@ -185,10 +199,6 @@ class RecordingProxy:
         http, self._http = self._http, None
         if http is not None:
             await http.aclose()
-
-
-def _call_context(context: dict[str, Any]) -> dict[str, Any]:
-    return {"session_id": context["session_id"], "call": context["call"]}
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["AGENT_KINDS", "COLUMNS", "KIND_LAYER", "LAYERS", "SCHEMA", "SCHEMA_VERSION"]
+from ors_lab.events import AGENT_KINDS, EVENT_TYPES, AgentEvent
 
-SCHEMA_VERSION = "3"  # 2: the exchange column; 3: the rollout column
-READABLE_VERSIONS = ("2", "3")  # a version 2 trace reads with a null rollout column
+__all__ = ["ADDED_COLUMNS", "AGENT_KINDS", "COLUMNS", "KIND_LAYER", "LAYERS", "SCHEMA", "SCHEMA_VERSION", "upgrade"]
+
+SCHEMA_VERSION = "4"  # 2: the exchange column; 3: the rollout column; 4: the token columns
+READABLE_VERSIONS = ("2", "3", "4")
 
 METADATA_SCHEMA_VERSION = b"ors_lab.schema_version"
 METADATA_VERSION = b"ors_lab.version"
@@ -64,32 +66,42 @@ SCHEMA = pa.schema(
         pa.field("error", pa.string()),
         pa.field("reason", pa.string()),
         pa.field("backoff", pa.float64()),
+        # tokens (usage and episode rows)
+        pa.field("input_tokens", pa.int64()),
+        pa.field("output_tokens", pa.int64()),
+        pa.field("reasoning_tokens", pa.int64()),
+        pa.field("cached_tokens", pa.int64()),
     ]
 )
+
+ADDED_COLUMNS = {"3": ("rollout",), "4": ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens")}
+"""The columns each schema version added: an older trace reads with them null."""
+
+
+def upgrade(table: pa.Table, version: str) -> pa.Table:
+    """A table of trace schema ``version`` (one of ``READABLE_VERSIONS``) with this version's columns.
+
+    The columns later versions added are null; the columns come in schema order, cast to their
+    declared types (the table's metadata is kept). Raises ``ValueError`` for what cannot be made so.
+    """
+    for added, names in ADDED_COLUMNS.items():
+        if int(version) < int(added):
+            for name in names:
+                if name not in table.schema.names:
+                    table = table.append_column(name, pa.nulls(table.num_rows, SCHEMA.field(name).type))
+    missing = [name for name in SCHEMA.names if name not in table.schema.names]
+    if missing:
+        raise ValueError(f"it lacks the trace columns {missing}")
+    try:
+        return table.select(SCHEMA.names).cast(SCHEMA.with_metadata(table.schema.metadata))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(f"it has trace columns of the wrong types: {exc}") from exc
+
 
 COLUMNS = tuple(SCHEMA.names)
 
 LAYERS = ("http", "sse", "call", "session", "agent")
 
-KIND_LAYER = {
-    "request": "http",
-    "response": "http",
-    "chunk": "http",
-    "disconnect": "http",
-    "retry": "http",
-    "event": "sse",
-    "comment": "sse",
-    "result": "call",
-    "call_error": "call",
-    "open": "session",
-    "ping": "session",
-    "close": "session",
-}
-"""Every kind of row the client and the proxy write, and its layer. Agent rows use layer "agent"."""
-
-AGENT_KINDS = (
-    "start", "text-start", "text-delta", "text-end", "reasoning-start", "reasoning-delta", "reasoning-end",
-    "tool-input-start", "tool-input-delta", "tool-input-end", "tool-input-available", "tool-output-available",
-    "tool-output-error", "reward", "finish", "error", "episode",
-)  # fmt: skip
-"""The agent events (``ors_lab.agents.events``) and the harness's ``episode`` row, all in layer "agent"."""
+KIND_LAYER = {kind: cls.LAYER for kind, cls in EVENT_TYPES.items() if not issubclass(cls, AgentEvent)}
+"""Every kind of row the client and the proxy write, and its layer. The agent kinds (``AGENT_KINDS``,
+from ``ors_lab.events``) and any kind a writer names itself use layer "agent"."""
