@@ -83,7 +83,7 @@ def _eval(args: argparse.Namespace) -> int:
                           resume=not args.no_resume)  # fmt: skip
     episodes = _episodes_path(out)
     result.episodes.to_parquet(episodes, index=False)
-    print(f"{result!r}\n{result.table()}\ntrace: {out}\nepisodes: {episodes}")
+    print(f"{result!r}\n{result.table_text()}\ntrace: {out}\nepisodes: {episodes}")
     return 0
 
 
@@ -100,15 +100,15 @@ def _demo_server(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from ors_lab.recording.show import summarize
-    from ors_lab.recording.trace import load_trace
+    from ors_lab.analysis.show import summarize
+    from ors_lab.analysis.trace import load_trace
 
     print(summarize(load_trace(args.trace)), end="")
     return 0
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ors_lab.recording.trace import load_trace
+    from ors_lab.analysis.trace import load_trace
     from ors_lab.replay.check import call_streams, check_trace, format_violations
 
     trace = load_trace(args.trace)

@@ -5,7 +5,8 @@
 - **guessing**: halves the range with the ``guess`` tool until it hears ``correct``.
 
 Everything it thinks is streamed as ``reasoning`` deltas (word by word, ``pace`` seconds apart:
-0 in batch runs, a little in a notebook to watch it), and it states its answer as ``text``.
+0 in batch runs, a little in a notebook to watch it), and it states its answer as ``text``; each
+thought with the call it leads to is one turn (a ``block``).
 """
 
 from __future__ import annotations
@@ -75,21 +76,24 @@ class DemoAgent:
         if expression is None:
             await self._think(episode, "I do not recognise this kind of problem, so I will not guess.")
             return
-        await self._think(episode, f"The problem reads: {question} So the answer is {expression}. Let me check it.")
-        value = await episode.call("calculator", {"expression": expression})
-        await self._think(episode, f"The calculator says {value.text}.")
-        await self._say(episode, f"The answer is {value.text}.")
-        await episode.call("submit", {"answer": value.text})
+        with episode.block("check"):
+            await self._think(episode, f"The problem reads: {question} So the answer is {expression}. Let me check it.")
+            value = await episode.call("calculator", {"expression": expression})
+        with episode.block("answer"):
+            await self._think(episode, f"The calculator says {value.text}.")
+            await self._say(episode, f"The answer is {value.text}.")
+            await episode.call("submit", {"answer": value.text})
 
     async def _guess(self, episode: Episode) -> None:
         low, high = _range(episode.prompt_text)
         while not episode.done:
             middle = (low + high) // 2
-            await self._think(episode, f"The number is between {low} and {high}, so I guess the middle, {middle}.")
-            result = await episode.call("guess", {"number": middle})
-            if not result.ok or result.finished:
-                await self._say(episode, f"Found it: {middle}." if result.text == "correct" else result.text)
-                return
+            with episode.block(f"guess {middle}"):
+                await self._think(episode, f"The number is between {low} and {high}, so I guess the middle, {middle}.")
+                result = await episode.call("guess", {"number": middle})
+                if not result.ok or result.finished:
+                    await self._say(episode, f"Found it: {middle}." if result.text == "correct" else result.text)
+                    return
             if result.text == "higher":
                 low = middle + 1
             else:

@@ -48,7 +48,7 @@ def run_demo(
             for name in DEMO_ENVIRONMENTS:
                 result = evaluate(client.environment(name), DemoAgent(), split=split, rollouts=rollouts,
                                   concurrency=concurrency, record=recorder)  # fmt: skip
-                say(f"\n{result!r}\n{result.table()}")
+                say(f"\n{result!r}\n{result.table_text()}")
                 results.append(result)
     say(
         f"\ntrace: {path}\n"

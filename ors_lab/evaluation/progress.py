@@ -1,22 +1,23 @@
 """A text progress line for evaluations: count, rate, running mean reward, errors.
 
-On a terminal the line rewrites itself in place (at most ``10`` times a second); anywhere else
-(a notebook without widgets, a CI log) a new line is printed every ``interval`` seconds, and
-once at the end.
+It is a subscriber of the run's ``episode`` events. On a terminal the line rewrites itself in
+place (at most ``10`` times a second); anywhere else (a notebook without widgets, a CI log) a new
+line is printed every ``interval`` seconds, and once at the end.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from typing import TextIO
+
+from ors_lab.events import EpisodeEvent, Event
 
 __all__ = ["TextProgress"]
 
 
 class TextProgress:
-    """``update(reward, error)`` once per finished episode; ``close()`` prints the final line."""
+    """A subscriber of a run's ``episode`` events (or call ``update``); ``close()`` prints the final line."""
 
     def __init__(
         self, total: int, *, label: str, done: int = 0, stream: TextIO | None = None, interval: float = 10.0
@@ -35,6 +36,11 @@ class TextProgress:
         self._last_shown = self.started
         self._width = 0
 
+    def __call__(self, event: Event) -> None:
+        """Count an ``episode`` event (other events are ignored)."""
+        if isinstance(event, EpisodeEvent):
+            self.update(event.reward, error=event.error is not None)
+
     def update(self, reward: float, *, error: bool) -> None:
         """Count one finished episode."""
         self.done += 1
@@ -50,11 +56,11 @@ class TextProgress:
         """The progress line as it stands."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
         ran = self.done - self.resumed
-        mean = self.reward_sum / self.rewarded if self.rewarded else math.nan
+        mean = f"{self.reward_sum / self.rewarded:.3f}" if self.rewarded else "-"
         resumed = f" ({self.resumed} resumed)" if self.resumed else ""
         return (
             f"{self.label}: {self.done}/{self.total} episodes{resumed}  {ran / elapsed:.1f}/s  "
-            f"mean reward {mean:.3f}  errors {self.errors}"
+            f"mean reward {mean}  errors {self.errors}"
         )
 
     def _show(self, text: str) -> None:

@@ -5,17 +5,22 @@
 
 How a run goes:
 
+- The run has an event stream of its own, forwarding to the environment's (so a recorder on the
+  caller's client sees the run too): its requests, sessions and agent events are published there.
+  The recorder (``record=``), the progress line, the rows the result is built from and the
+  caller's ``subscribe=`` are its subscribers. The caller's client and environment are never
+  changed: two evaluations on one client at once each record into their own trace.
 - The pairs (task index, rollout) are worked through by ``concurrency`` workers, each holding at
   most one session, so never more than ``concurrency`` sessions are open.
 - An episode: ``start`` event; open the session (split and index); read the prompt and the tools;
-  ``agent.run(episode)``; close the session; ``finish`` event; one ``episode`` row holding the
-  episode's outcome (``EpisodeRecord`` as JSON). The client retries infrastructure failures by its
-  rules; what still fails (and agent exceptions, and the per-episode ``timeout``) ends that
-  episode as failed, with its error, and the run goes on.
+  ``agent.run(episode)``; close the session; ``finish`` event; the episode's token ``usage`` if its
+  agent reported any; one ``episode`` event holding its outcome. The client retries
+  infrastructure failures by its rules; what still fails (and agent exceptions, and the
+  per-episode ``timeout``) ends that episode as failed, with its error, and the run goes on.
 - ``record=PATH`` records everything (wire traffic, agent events, the agent's own HTTP traffic
   through ``recording_http_client``) into the trace at PATH. With ``resume=True`` and a trace
   already at PATH (finished, or the parts of a killed run), the pairs whose ``episode`` row is in
-  it without an error are not run again: their records come from the trace, and the run appends
+  it without an error are not run again: their rows come from the trace, and the run appends
   to it. Failed episodes are run again.
 - Ctrl-C or cancelling stops the workers, deletes their open sessions, closes the trace (valid,
   and resumable) and re-raises.
@@ -26,11 +31,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ors_lab.agents.episode import (
     CURRENT_EPISODE,
@@ -38,20 +46,34 @@ from ors_lab.agents.episode import (
     Agent,
     Episode,
     StepLimitReached,
-    error_payload,
+    error_event,
 )
-from ors_lab.agents.events import AgentEvent, EventStream, Subscriber, compact_json
 from ors_lab.agents.policy import Policy, as_agent
-from ors_lab.client import AsyncEnvironment, Environment
-from ors_lab.client.runner import Runner
+from ors_lab.analysis.frames import finished_episodes
+from ors_lab.analysis.reduce import Reduction, check_reduction, reduce_reward
+from ors_lab.analysis.trace import load_trace
+from ors_lab.client import AsyncEnvironment, Environment, Runner
 from ors_lab.evaluation.progress import TextProgress
-from ors_lab.evaluation.result import EpisodeRecord, EvalResult, Reduction, StepRecord, episode_records, reduce_reward
+from ors_lab.evaluation.result import ANALYSIS_KINDS, EvalResult
+from ors_lab.events import (
+    AGENT_KINDS,
+    EpisodeEvent,
+    Event,
+    EventStream,
+    FinishEvent,
+    StartEvent,
+    Subscriber,
+    UsageEvent,
+)
 from ors_lab.protocol.errors import ORSError
+from ors_lab.recording.parts import parts_dir
+from ors_lab.recording.recorder import Recorder
+from ors_lab.recording.redact import Redactor
+from ors_lab.recording.rows import Rows
 
-if TYPE_CHECKING:
-    from ors_lab.recording.recorder import Recorder
+__all__ = ["aevaluate", "evaluate"]
 
-__all__ = ["aevaluate", "evaluate", "finished_records"]
+Key = tuple[str, str, int, int]
 
 
 async def aevaluate(
@@ -75,9 +97,11 @@ async def aevaluate(
 
     ``tasks``: None for every task of the split, N for the first N, or a list of indices.
     ``rollouts``: episodes per task. ``concurrency``: open sessions at most. ``max_steps``: tool
-    calls per episode at most (None: no limit). ``timeout``: seconds per episode. ``reward`` and
-    ``success_threshold``: how steps reduce to an episode's reward and success (see
-    ``ors_lab.evaluation.result``). ``subscribe``: called with every agent event.
+    calls per episode at most (None: no limit). ``timeout``: seconds per episode. ``record``: a
+    trace path, or a ``Recorder`` the caller keeps open. ``resume``: continue an existing trace.
+    ``progress``: show the progress line. ``reward`` and ``success_threshold``: how steps reduce to
+    an episode's reward and success (``ors_lab.analysis.reduce``). ``subscribe``: called with every
+    agent event of the run (``ors_lab.events``), inline.
     """
     aenv = _async_environment(env)
     if rollouts < 1:
@@ -86,37 +110,35 @@ async def aevaluate(
         raise ValueError(f"concurrency must be 1 or more, not {concurrency}")
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps must be 1 or more (or None), not {max_steps}")
+    check_reduction(reward)
     runner = as_agent(agent)
-    client = aenv.client
-    recorder, own_recorder, done = _open_recorder(record, resume, aenv.name, split)
-    previous_recorder = client.recorder
-    if recorder is not None:
-        client.recorder = recorder  # from the first request: a replay of the trace needs them all
-    events = EventStream(recorder)
-    if subscribe is not None:
-        events.subscribe(subscribe)
+    events = EventStream(parent=aenv.events)
+    run_env = AsyncEnvironment(aenv.client, aenv.name, events=events)
+    rows = _ResultRows()
+    subscriptions = [events.subscribe(rows, kinds=ANALYSIS_KINDS)]
+    recorder, own_recorder, done, resumed_rows = _open_recorder(record, resume, aenv.name, split)
     meter: TextProgress | None = None
     workers: list[asyncio.Task[None]] = []
     started = time.monotonic()
     try:
-        indices = await _task_indices(aenv, split, tasks)
+        if recorder is not None:
+            subscriptions.append(events.subscribe(recorder))  # from the first request: a replay needs them all
+        if subscribe is not None:
+            subscriptions.append(events.subscribe(subscribe, kinds=AGENT_KINDS))
+        indices = await _task_indices(run_env, split, tasks)
         keys = {
             (index, rollout): (aenv.name, split, index, rollout) for index in indices for rollout in range(rollouts)
         }
-        records = [done[key] for key in keys.values() if key in done]
+        resumed = [done[key] for key in keys.values() if key in done]
         todo = deque(pair for pair, key in keys.items() if key not in done)
-        resumed = len(records)
         if progress:
-            meter = TextProgress(len(keys), label=f"eval {aenv.name}/{split}", done=resumed)
+            meter = TextProgress(len(keys), label=f"eval {aenv.name}/{split}", done=len(resumed))
+            subscriptions.append(events.subscribe(meter, kinds=["episode"]))
 
         async def work() -> None:
             while todo:
                 index, rollout = todo.popleft()
-                record_ = await _episode(aenv, runner, events, split, index, rollout, max_steps, timeout, reward,
-                                         success_threshold)  # fmt: skip
-                records.append(record_)
-                if meter is not None:
-                    meter.update(record_.reward, error=record_.error is not None)
+                await _episode(run_env, runner, split, index, rollout, max_steps, timeout, reward, success_threshold)
 
         workers = [
             asyncio.create_task(work(), name=f"ors-lab eval worker {n}") for n in range(min(concurrency, len(todo)))
@@ -128,43 +150,107 @@ async def aevaluate(
         await asyncio.gather(*workers, return_exceptions=True)  # each closes its session on the way out
         raise
     finally:
-        client.recorder = previous_recorder
+        for subscription in subscriptions:
+            subscription.close()
         if meter is not None:
             meter.close()
         if own_recorder and recorder is not None:
             await asyncio.to_thread(recorder.close)
+    table = rows.table()
+    if resumed_rows is not None:
+        table = pa.concat_tables([_of_sessions(resumed_rows, set(resumed)), table])
     return EvalResult(
-        records,
+        table,
         environment=aenv.name,
         split=split,
         rollouts=rollouts,
+        reward=reward,
         success_threshold=success_threshold,
         trace=None if recorder is None else str(recorder.path),
         elapsed_s=time.monotonic() - started,
-        resumed=resumed,
+        resumed=len(resumed),
     )
 
 
-def evaluate(env: AsyncEnvironment | Environment, agent: Agent | Policy, **options: Any) -> EvalResult:
-    """The sync twin of ``aevaluate`` (same arguments); works in scripts and inside Jupyter's loop.
+def evaluate(
+    env: AsyncEnvironment | Environment,
+    agent: Agent | Policy,
+    *,
+    split: str = "test",
+    tasks: int | Sequence[int] | None = None,
+    rollouts: int = 1,
+    concurrency: int = 8,
+    max_steps: int | None = 50,
+    timeout: float | None = None,
+    record: str | os.PathLike[str] | Recorder | None = None,
+    resume: bool = True,
+    progress: bool = True,
+    reward: Reduction = "sum",
+    success_threshold: float = 1.0,
+    subscribe: Subscriber | None = None,
+) -> EvalResult:
+    """The sync twin of ``aevaluate`` (the same arguments); works in scripts and inside Jupyter's loop.
 
     Ctrl-C stops it as cancelling ``aevaluate`` does: the runner waits for the sessions and the
     trace to be closed before re-raising.
     """
+    run = aevaluate(
+        env.aio if isinstance(env, Environment) else env,
+        agent,
+        split=split,
+        tasks=tasks,
+        rollouts=rollouts,
+        concurrency=concurrency,
+        max_steps=max_steps,
+        timeout=timeout,
+        record=record,
+        resume=resume,
+        progress=progress,
+        reward=reward,
+        success_threshold=success_threshold,
+        subscribe=subscribe,
+    )
     if isinstance(env, Environment):
-        return env._runner.run(aevaluate(env.aio, agent, **options))
+        return env.runner.run(run)
     runner = Runner()
     try:
-        return runner.run(aevaluate(env, agent, **options))
+        return runner.run(run)
     finally:
         runner.close()
+
+
+class _ResultRows:
+    """The run's rows its result is built from (``ANALYSIS_KINDS``; requests of tool calls only)."""
+
+    def __init__(self) -> None:
+        self._rows = Rows(Redactor(), run_id="result", t0_ns=time.monotonic_ns())
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "request" and getattr(event, "call", None) is None:
+            return
+        with self._lock:
+            self._rows.add(event)
+
+    def table(self) -> pa.Table:
+        with self._lock:
+            return self._rows.table()
+
+
+def _of_sessions(table: pa.Table, sessions: set[str]) -> pa.Table:
+    """The rows of ``sessions`` in a loaded trace that the result is built from."""
+    mask = pc.and_(
+        pc.is_in(table["session_id"], value_set=pa.array(sorted(sessions), pa.string())),
+        pc.is_in(table["kind"], value_set=pa.array(ANALYSIS_KINDS, pa.string())),
+    )
+    return table.filter(mask)
 
 
 def _async_environment(env: AsyncEnvironment | Environment) -> AsyncEnvironment:
     if isinstance(env, AsyncEnvironment):
         return env
     if isinstance(env, Environment):
-        if env._runner.nested:
+        if env.runner.nested:
             return env.aio  # the kernel's loop: the same loop this coroutine runs on
         raise TypeError("aevaluate takes an AsyncEnvironment; for a sync Environment call evaluate()")
     raise TypeError(f"env must be an Environment or AsyncEnvironment (client.environment(name)), not {env!r}")
@@ -190,39 +276,29 @@ async def _task_indices(env: AsyncEnvironment, split: str, tasks: int | Sequence
 
 
 def _open_recorder(
-    record: Any, resume: bool, environment: str, split: str
-) -> tuple[Recorder | None, bool, dict[tuple[str, str, int, int], EpisodeRecord]]:
-    """The recorder to use, whether we opened it, and the episodes already done in its trace."""
+    record: str | os.PathLike[str] | Recorder | None, resume: bool, environment: str, split: str
+) -> tuple[Recorder | None, bool, dict[Key, str], pa.Table | None]:
+    """The recorder to use, whether we opened it, the episodes its trace holds finished (key -> session
+    id), and the trace's rows (None when there is nothing to resume)."""
     if record is None:
-        return None, False, {}
-    from ors_lab.recording.recorder import Recorder, parts_dir
-
+        return None, False, {}, None
     own = not isinstance(record, Recorder)  # the caller's may already hold episodes of this run
     if not own and resume:
+        assert isinstance(record, Recorder)
         record.flush()  # its rows still in memory are episodes to skip too
-    path = Path(record) if own else record.path
+    path = Path(record) if not isinstance(record, Recorder) else record.path
     exists = path.is_file() or parts_dir(path).is_dir()
-    done = finished_records(path, environment, split) if exists and resume else {}
-    return (Recorder(path, append=exists and resume) if own else record), own, done
-
-
-def finished_records(
-    path: str | os.PathLike[str], environment: str, split: str
-) -> dict[tuple[str, str, int, int], EpisodeRecord]:
-    """The episodes of ``environment``/``split`` a trace holds without an error, by (env, split, task, rollout)."""
-    from ors_lab.recording.trace import load_trace
-
-    return {
-        record.key: record
-        for record in episode_records(load_trace(path).table)
-        if record.environment == environment and record.split == split and record.error is None
-    }
+    table = load_trace(path).table if exists and resume else None
+    done: dict[Key, str] = {}
+    if table is not None:
+        done = {key: sid for key, sid in finished_episodes(table).items() if key[:2] == (environment, split)}
+    recorder = Recorder(path, append=exists and resume) if not isinstance(record, Recorder) else record
+    return recorder, own, done, table
 
 
 async def _episode(
     env: AsyncEnvironment,
     agent: Agent,
-    events: EventStream,
     split: str,
     index: int,
     rollout: int,
@@ -230,11 +306,13 @@ async def _episode(
     limit: float | None,
     reduction: Reduction,
     success_threshold: float,
-) -> EpisodeRecord:
-    """Run one (task, rollout) episode to its end; never raises but for cancellation."""
+) -> None:
+    """Run one (task, rollout) episode to its end, publishing its events; never raises but for cancellation."""
+    events = env.events
     session = env.session(split=split, index=index)
-    where = {"environment": env.name, "split": split, "task_index": index}
-    events.publish(AgentEvent("start", {"messageId": session.sid}, session_id=session.sid, rollout=rollout), **where)
+    sid = session.sid
+    events.publish(StartEvent(session_id=sid, rollout=rollout, message_id=sid, environment=env.name, split=split,
+                              task_index=index))  # fmt: skip
     wall, started = time.time(), time.monotonic()
     episode: Episode | None = None
     error: BaseException | None = None
@@ -249,29 +327,16 @@ async def _episode(
                 await agent.run(episode)
     except Exception as exc:  # the episode failed; the run goes on
         error = exc
-        source = "environment" if isinstance(exc, ORSError) else "harness" if isinstance(exc, TimeoutError) else "agent"
-        payload = error_payload(exc, source=source)
-        if isinstance(exc, TimeoutError):
-            payload["message"] = f"the episode took longer than its timeout of {limit} s"
         if REPORTED not in getattr(exc, "__notes__", ()):
-            events.publish(AgentEvent("error", payload, session_id=session.sid, rollout=rollout), **where)
+            failure = error_event(exc, source="tool" if isinstance(exc, ORSError) else "platform")
+            if isinstance(exc, TimeoutError):
+                failure.message = f"the episode took longer than its timeout of {limit} s"
+            failure.session_id, failure.rollout = sid, rollout
+            events.publish(failure)
     finally:
         if token is not None:
             CURRENT_EPISODE.reset(token)
-    steps = tuple(
-        StepRecord(
-            step=s.number,
-            call=s.call,
-            tool=s.tool,
-            input=compact_json(s.input),
-            ok=s.result.ok,
-            reward=s.result.reward,
-            finished=s.result.finished,
-            error=s.result.error,
-            duration_ms=s.duration_s * 1000,
-        )
-        for s in (episode.steps if episode is not None else ())
-    )
+    steps = episode.steps if episode is not None else []
     finished = episode is not None and episode.finished
     if error is not None:
         finish_reason = "error"
@@ -282,31 +347,37 @@ async def _episode(
     total, final, value = reduce_reward(steps, reduction)
     if error is not None:
         value = 0.0
-    record = EpisodeRecord(
-        environment=env.name,
-        split=split,
-        task_index=index,
-        rollout=rollout,
-        session_id=session.sid,
-        reward=value,
-        total_reward=total,
-        final_reward=final,
-        finished=finished,
-        success=error is None and value >= success_threshold,
-        finish_reason=finish_reason,
-        duration_s=time.monotonic() - started,
-        started=wall,
-        error=None if error is None else f"timeout after {limit} s" if isinstance(error, TimeoutError) else str(error),
-        error_type=None if error is None else type(error).__name__,
-        steps=steps,
-    )
-    finish = AgentEvent("finish", {"finishReason": finish_reason}, session_id=session.sid, rollout=rollout)
-    events.publish(finish, **where)
+    events.publish(FinishEvent(session_id=sid, rollout=rollout, finish_reason=finish_reason))
+    usage = episode.usage if episode is not None else None
+    if usage is not None and usage.reported:
+        events.publish(UsageEvent(session_id=sid, rollout=rollout, scope="episode", input_tokens=usage.input_tokens,
+                                  output_tokens=usage.output_tokens, reasoning_tokens=usage.reasoning_tokens,
+                                  cached_tokens=usage.cached_tokens))  # fmt: skip
     events.publish(
-        AgentEvent("episode", {"reward": value, "finished": finished}, session_id=session.sid, rollout=rollout),
-        **where,
-        ok=error is None,
-        error=record.error,
-        data=record.to_json(),
+        EpisodeEvent(
+            session_id=sid,
+            rollout=rollout,
+            environment=env.name,
+            split=split,
+            task_index=index,
+            reward=value,
+            total_reward=total,
+            final_reward=final,
+            finished=finished,
+            success=error is None and value >= success_threshold,
+            finish_reason=finish_reason,
+            steps=len(steps),
+            started=wall,
+            duration_s=time.monotonic() - started,
+            error=None
+            if error is None
+            else f"timeout after {limit} s"
+            if isinstance(error, TimeoutError)
+            else str(error),
+            error_type=None if error is None else type(error).__name__,
+            input_tokens=None if usage is None else usage.input_tokens,
+            output_tokens=None if usage is None else usage.output_tokens,
+            reasoning_tokens=None if usage is None else usage.reasoning_tokens,
+            cached_tokens=None if usage is None else usage.cached_tokens,
+        )
     )
-    return record

@@ -7,7 +7,8 @@
 
 Requests are matched within their episode: the episode running the request (the harness's
 ``CURRENT_EPISODE``) names its environment, split, task and rollout; the recorded episode with the
-same four is found through the trace's ``episode`` rows, and its exchanges are served in order,
+same four is found through the trace's ``episode`` rows (any recorded episode of that task and
+rollout, in the order they were recorded), and its exchanges are served in order,
 each only if method, path and JSON body equal the recorded ones. Anything else gets a 400 with
 ``x-ors-lab-replay: mismatch`` and the first difference (``OpenAIAgent`` raises it as a
 ``ReplayMismatchError``). Streams come back as recorded, chunk by chunk, without waiting. What
@@ -28,9 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ors_lab.agents.episode import CURRENT_EPISODE
-from ors_lab.evaluation.result import episode_records
-from ors_lab.recording.trace import Trace, load_trace
-from ors_lab.replay.engine import DROP_HEADERS, MISMATCH_HEADER, Answer, _body_value, _difference, _json_answer, _short
+from ors_lab.analysis.trace import Trace, load_trace
+from ors_lab.replay.engine import DROP_HEADERS, MISMATCH_HEADER, Answer, body_value, difference, json_answer, short
 from ors_lab.replay.recorded import Exchange, Recording
 
 __all__ = ["AgentReplayTransport"]
@@ -53,8 +53,8 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
         self.name = str(self.trace.path)
         table = self.trace.table
         self._unclaimed: dict[EpisodeKey, deque[str]] = {}  # recorded episodes not yet replayed, in order
-        for record in episode_records(table):
-            self._unclaimed.setdefault(record.key, deque()).append(record.session_id)
+        for key, sid in _recorded_episodes(table):
+            self._unclaimed.setdefault(key, deque()).append(sid)
         self._broken = _broken(table)
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
@@ -73,7 +73,7 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
     def _answer(self, request: httpx2.Request, body: bytes) -> tuple[Answer | None, str | None]:
         """The answer (None when the recorded request got none) and the recorded transport error, if any."""
         method, path = request.method, request.url.path
-        what = f"{method} {path} {_short(body)}"
+        what = f"{method} {path} {short(body)}"
         episode = CURRENT_EPISODE.get()
         if episode is None:
             return self._mismatch(what, "the request was made outside an evaluation episode", [])
@@ -93,9 +93,9 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
             expected = pending[0]
             if expected.method != method or expected.path != path:
                 return self._mismatch(what, f"the next recorded request is {expected.method} {expected.path}", pending)
-            wanted, recorded_body = _body_value(body), _body_value(expected.body)
+            wanted, recorded_body = body_value(body), body_value(expected.body)
             if recorded_body != wanted:
-                return self._mismatch(what, _difference(wanted, recorded_body, "body"), pending)
+                return self._mismatch(what, difference(wanted, recorded_body, "body"), pending)
             expected.played += 1
         return _play(expected), self._broken.get(expected.seq)
 
@@ -106,11 +106,18 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
             "nearest unplayed recorded requests: " + ("; ".join(e.describe() for e in nearest[:3]) or "(none)"),
             "to record again: run the evaluation against the live model with record=TRACE",
         ]
-        return _json_answer(400, {"detail": "\n".join(lines)}, [(MISMATCH_HEADER, "mismatch")]), None
+        return json_answer(400, {"detail": "\n".join(lines)}, [(MISMATCH_HEADER, "mismatch")]), None
 
     def unplayed(self) -> list[str]:
         """The recorded agent requests of the replayed episodes that were never asked for."""
         return [e.describe() for live in self._live.values() for e in live.exchanges if not e.played]
+
+
+def _recorded_episodes(table: pa.Table) -> list[tuple[EpisodeKey, str]]:
+    """Every ``episode`` row's (environment, split, task, rollout) and session id, in the order written."""
+    rows = table.filter(pc.and_(pc.equal(table["kind"], "episode"), pc.equal(table["layer"], "agent")))
+    columns = rows.select(["environment", "split", "task_index", "rollout", "session_id"]).to_pylist()
+    return [((r["environment"], r["split"], r["task_index"], r["rollout"]), r["session_id"]) for r in columns]
 
 
 def _broken(table: pa.Table) -> dict[int, str]:

@@ -42,7 +42,7 @@ from ors_lab.protocol.call import UNKNOWN_TASK_ID, CallAssembler
 from ors_lab.protocol.errors import MalformedStreamError
 
 if TYPE_CHECKING:
-    from ors_lab.recording.trace import Trace
+    from ors_lab.analysis.trace import Trace
 
 __all__ = ["RULES", "CallStream", "Violation", "call_streams", "check_trace", "format_violations"]
 

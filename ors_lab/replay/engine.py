@@ -29,11 +29,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ors_lab.recording.trace import Trace, load_trace
+from ors_lab.analysis.trace import Trace, load_trace
 from ors_lab.replay.faults import Fault
 from ors_lab.replay.recorded import Exchange, Item, Recording
 
-__all__ = ["MISMATCH_HEADER", "Answer", "ReplayEngine"]
+__all__ = [
+    "DROP_HEADERS",
+    "MISMATCH_HEADER",
+    "ROOT_STATELESS",
+    "STATELESS",
+    "Answer",
+    "ReplayEngine",
+    "body_value",
+    "difference",
+    "json_answer",
+    "short",
+]
 
 MISMATCH_HEADER = "x-ors-lab-replay"
 STATELESS = ("/tools", "/splits", "/tasks", "/num_tasks", "/task", "/task_range")
@@ -56,7 +67,7 @@ class Answer:
     cut: bool = False
 
 
-def _json_answer(status: int, value: Any, extra: Iterable[tuple[str, str]] = ()) -> Answer:
+def json_answer(status: int, value: Any, extra: Iterable[tuple[str, str]] = ()) -> Answer:
     return Answer(status, [*JSON_HEADERS, *extra], json.dumps(value, separators=(",", ":")).encode())
 
 
@@ -108,11 +119,11 @@ class ReplayEngine:
         sid = (headers.get("x-session-id") or "").strip() or None
         with self._lock:
             if path == "/health":
-                return _json_answer(200, {"status": "ok"})
+                return json_answer(200, {"status": "ok"})
             if path == "/create_session" and method == "POST":
                 return self._create_session()
             if path == "/delete_session" and method == "POST":
-                return _json_answer(200, {"sid": sid})
+                return json_answer(200, {"sid": sid})
             if path == "/ping" and method == "POST":
                 return self._ping(sid)
             if path == "/delete" and method == "POST":
@@ -133,7 +144,7 @@ class ReplayEngine:
         live = self._live.get(sid or "")
         if live is None or live.closed:
             return Answer(404, JSON_HEADERS, NOT_FOUND)
-        return _json_answer(200, {"status": "ok"})
+        return json_answer(200, {"status": "ok"})
 
     def _delete(self, sid: str | None) -> Answer:
         live = self._live.get(sid or "")
@@ -143,18 +154,18 @@ class ReplayEngine:
                 if exchange.path == "/delete" and not exchange.played:
                     exchange.played += 1
                     break
-        return _json_answer(200, {"sid": sid})
+        return json_answer(200, {"sid": sid})
 
     # -- stateless endpoints ---------------------------------------------------------------------
 
     def _stateless(self, method: str, path: str, body: bytes) -> Answer:
-        wanted = _body_value(body)
+        wanted = body_value(body)
         candidates = [e for e in self.recording.exchanges if e.method == method and e.path == path]
-        same = [e for e in candidates if _body_value(e.body) == wanted]
+        same = [e for e in candidates if body_value(e.body) == wanted]
         if not same:
             nearest = candidates[:3] or self._unplayed_nearby(None)
-            differs = _difference(wanted, _body_value(candidates[0].body), "body") if candidates else "path"
-            return self._mismatch(f"{method} {path} {_short(body)}", None, nearest, differs)
+            differs = difference(wanted, body_value(candidates[0].body), "body") if candidates else "path"
+            return self._mismatch(f"{method} {path} {short(body)}", None, nearest, differs)
         exchange = next((e for e in same if not e.played), same[0])
         return self._play(exchange, None)
 
@@ -162,7 +173,7 @@ class ReplayEngine:
 
     def _create(self, sid: str | None, body: bytes) -> Answer:
         if sid is None:
-            return _json_answer(400, {"detail": "X-Session-ID header is required"})
+            return json_answer(400, {"detail": "X-Session-ID header is required"})
         wanted = _task_identity(body)
         waiting = self._unclaimed.get(_identity_key(body))
         if waiting:  # in recorded order; a dict lookup, not a scan, for traces of many sessions
@@ -176,14 +187,14 @@ class ReplayEngine:
                 self._live[sid] = live
             return self._play(create, live)
         nearest = [c for r, c in self._creates.items() if r not in self._claimed][:3]
-        differs = _difference(wanted, _task_identity(nearest[0].body), "task") if nearest else "no unclaimed session"
-        return self._mismatch(f"POST /create {_short(body)}", sid, nearest, differs)
+        differs = difference(wanted, _task_identity(nearest[0].body), "task") if nearest else "no unclaimed session"
+        return self._mismatch(f"POST /create {short(body)}", sid, nearest, differs)
 
     def _in_session(self, sid: str | None, method: str, path: str, body: bytes) -> Answer:
         live = self._live.get(sid or "")
         if live is None or live.closed:
             return Answer(404, JSON_HEADERS, NOT_FOUND)
-        request = _body_value(body)
+        request = body_value(body)
         task_id = request.get("task_id") if isinstance(request, dict) else None
         if path.endswith("/call") and task_id is not None:
             return self._resume(live, str(task_id), method, path, body)
@@ -195,8 +206,8 @@ class ReplayEngine:
             if again:
                 return self._play(again[-1], live, faults=path.endswith("/call"))
         expected = pending[0] if pending else None
-        differs = _request_difference(expected, method, path, request) if expected else "nothing left to replay"
-        return self._mismatch(f"{method} {path} {_short(body)}", sid, pending[:3], differs, live)
+        differs = _requestdifference(expected, method, path, request) if expected else "nothing left to replay"
+        return self._mismatch(f"{method} {path} {short(body)}", sid, pending[:3], differs, live)
 
     def _resume(self, live: _Live, task_id: str, method: str, path: str, body: bytes) -> Answer:
         found = self._resumable.get(task_id)
@@ -225,7 +236,7 @@ class ReplayEngine:
             return self._status_fault(str(fault.value))
         exchange.played += 1
         if exchange.status is None:
-            return _json_answer(502, {"detail": f"ors-lab replay: {exchange.describe()} got no answer when recorded"})
+            return json_answer(502, {"detail": f"ors-lab replay: {exchange.describe()} got no answer when recorded"})
         if not exchange.sse:
             body = exchange.response_body or b""
             if live is not None and exchange.path == "/create":
@@ -283,10 +294,10 @@ class ReplayEngine:
     def _status_fault(self, value: str) -> Answer:
         if value == "503-starting":
             extra = [("x-backend-state", "starting"), ("retry-after", "1")]
-            return _json_answer(503, {"detail": "Environment still starting."}, extra)
+            return json_answer(503, {"detail": "Environment still starting."}, extra)
         status = int(value)
         extra = [("retry-after", "1")] if status in (429, 503) else []
-        return _json_answer(status, {"detail": f"ors-lab replay: injected {status}"}, extra)
+        return json_answer(status, {"detail": f"ors-lab replay: injected {status}"}, extra)
 
     # -- mismatches ------------------------------------------------------------------------------
 
@@ -305,7 +316,7 @@ class ReplayEngine:
             "to record again: run against the live server through `ors-lab proxy UPSTREAM --out TRACE` "
             "(or pytest with --ors-record-mode=all)",
         ]
-        return _json_answer(400, {"detail": "\n".join(lines)}, [(MISMATCH_HEADER, "mismatch")])
+        return json_answer(400, {"detail": "\n".join(lines)}, [(MISMATCH_HEADER, "mismatch")])
 
     def unplayed(self) -> list[str]:
         """The recorded requests no one asked for (pings and the id allocator left out)."""
@@ -313,7 +324,7 @@ class ReplayEngine:
         return [e.describe() for e in self.recording.exchanges if not e.played and e.path not in skip]
 
 
-def _body_value(body: bytes) -> Any:
+def body_value(body: bytes) -> Any:
     if not body:
         return None
     try:
@@ -323,7 +334,7 @@ def _body_value(body: bytes) -> Any:
 
 
 def _task_identity(body: bytes) -> tuple[Any, ...]:
-    value = _body_value(body)
+    value = body_value(body)
     value = value if isinstance(value, dict) else {}
     return (value.get("env_name"), value.get("split"), value.get("index"), value.get("task_spec"))
 
@@ -342,33 +353,33 @@ def _same_request(exchange: Exchange, method: str, path: str, request: Any) -> b
     return True
 
 
-def _request_difference(exchange: Exchange, method: str, path: str, request: Any) -> str:
+def _requestdifference(exchange: Exchange, method: str, path: str, request: Any) -> str:
     if exchange.method != method or exchange.path != path:
         return f"the next recorded request is {exchange.method} {exchange.path}"
     request = request if isinstance(request, dict) else {}
     if exchange.tool != request.get("name"):
         return f"tool: {request.get('name')!r} != recorded {exchange.tool!r}"
-    return _difference(request.get("input"), exchange.tool_input, "input")
+    return difference(request.get("input"), exchange.tool_input, "input")
 
 
-def _difference(got: Any, recorded: Any, where: str) -> str:
+def difference(got: Any, recorded: Any, where: str) -> str:
     """The first place two JSON values differ, as ``where.key[0]: got != recorded``."""
     if isinstance(got, dict) and isinstance(recorded, dict):
         for key in sorted(set(got) | set(recorded), key=str):
             if got.get(key) != recorded.get(key):
-                return _difference(got.get(key), recorded.get(key), f"{where}.{key}")
+                return difference(got.get(key), recorded.get(key), f"{where}.{key}")
     if isinstance(got, list) and isinstance(recorded, list) and len(got) == len(recorded):
         for index, (a, b) in enumerate(zip(got, recorded, strict=True)):
             if a != b:
-                return _difference(a, b, f"{where}[{index}]")
+                return difference(a, b, f"{where}[{index}]")
     if isinstance(got, tuple) and isinstance(recorded, tuple):
         names = ("env_name", "split", "index", "task_spec")
         for name, a, b in zip(names, got, recorded, strict=False):
             if a != b:
-                return _difference(a, b, f"{where}.{name}")
+                return difference(a, b, f"{where}.{name}")
     return f"{where}: {json.dumps(got)} != recorded {json.dumps(recorded)}"
 
 
-def _short(body: bytes, limit: int = 160) -> str:
+def short(body: bytes, limit: int = 160) -> str:
     text = body.decode("utf-8", "replace")
     return text if len(text) <= limit else text[: limit - 3] + "..."

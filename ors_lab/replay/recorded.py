@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from ors_lab.analysis.trace import Trace
 from ors_lab.protocol.errors import TraceFormatError
-from ors_lab.recording.trace import Trace
 
 __all__ = ["Exchange", "Item", "Recording"]
 

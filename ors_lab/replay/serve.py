@@ -17,8 +17,8 @@ from typing import Any, Self
 
 import httpx2
 
+from ors_lab.analysis.trace import Trace
 from ors_lab.asgi import read_body, serve_app
-from ors_lab.recording.trace import Trace
 from ors_lab.replay.engine import Answer, ReplayEngine
 from ors_lab.replay.faults import Fault
 

@@ -16,16 +16,16 @@ from tests.envs import common
 
 
 class Sink:
-    """An EventSink that keeps what the client emits, in order."""
+    """A subscriber that keeps the events the client publishes, in order."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[Any] = []
 
-    def emit(self, kind: str, /, **fields: Any) -> None:
-        self.events.append((kind, fields))
+    def __call__(self, event: Any) -> None:
+        self.events.append(event)
 
-    def kinds(self, kind: str) -> list[dict[str, Any]]:
-        return [fields for k, fields in self.events if k == kind]
+    def kinds(self, kind: str) -> list[Any]:
+        return [event for event in self.events if event.kind == kind]
 
 
 @pytest.fixture
@@ -74,9 +74,9 @@ async def test_requests_name_their_environment(url: str) -> None:
         async with echo.session(split="dev", index=0) as session:
             await session.prompt()
             await session.call("echo", {"text": "x"})
-    paths = [httpx2.URL(r["url"]).path for r in sink.kinds("request")]
+    paths = [httpx2.URL(r.url).path for r in sink.kinds("request")]
     assert {p for p in paths if p.count("/") > 1} == {"/echo/tools", "/echo/prompt", "/echo/call"}
-    assert all(r["status"] < 300 for r in sink.kinds("response"))
+    assert all(r.status < 300 for r in sink.kinds("response"))
 
 
 async def test_bad_split_is_a_server_error_and_not_retried(url: str) -> None:
@@ -297,7 +297,7 @@ async def test_slow_tool_streams_pings_and_session_keeps_alive(url: str) -> None
     assert result.text == "slept"
     comments = sink.kinds("comment")
     assert len(comments) >= 1
-    assert comments[0]["comment"].startswith(" ping - ")
+    assert comments[0].comment.startswith(" ping - ")
 
 
 async def test_stream_cut_after_task_id_is_resumed_and_tool_runs_once(url: str, cutting_proxy: Any) -> None:
@@ -315,9 +315,9 @@ async def test_stream_cut_after_task_id_is_resumed_and_tool_runs_once(url: str, 
     assert result.text == "1"
     assert count.text == "1"
     assert proxy.cuts == 2 and proxy.resumes == 2  # the proxy cuts both calls once
-    resume = [r for r in sink.kinds("retry") if r["reason"] == "resume"]
-    assert [r["task_id"] for r in resume] == [result.task_id, count.task_id]
-    bodies = [json.loads(r["body"]) for r in sink.kinds("request") if httpx2.URL(r["url"]).path == "/lab/call"]
+    resume = [r for r in sink.kinds("retry") if r.reason == "resume"]
+    assert [r.task_id for r in resume] == [result.task_id, count.task_id]
+    bodies = [json.loads(r.body) for r in sink.kinds("request") if httpx2.URL(r.url).path == "/lab/call"]
     assert [b.get("task_id") for b in bodies[:2]] == [None, result.task_id]
 
 
@@ -331,7 +331,7 @@ async def test_stream_cut_before_task_id_is_not_sent_again(url: str, cutting_pro
             with pytest.raises(ol.OutcomeUnknownError) as caught:
                 await session.call("tally", {"key": key})
             assert caught.value.session_id == session.sid
-        calls = [r for r in sink.kinds("request") if httpx2.URL(r["url"]).path == "/lab/call"]
+        calls = [r for r in sink.kinds("request") if httpx2.URL(r.url).path == "/lab/call"]
     assert len(calls) == 1
 
 

@@ -17,11 +17,12 @@ import pyarrow.compute as pc
 import pytest
 
 from ors_lab import AsyncClient, Client, Environment, Recorder, load_trace
-from ors_lab.agents.events import AgentEvent
 from ors_lab.agents.policy import Observation, ToolCall
+from ors_lab.analysis import finished_episodes
 from ors_lab.demo.agent import DemoAgent
 from ors_lab.demo.launch import ServerProcess
-from ors_lab.evaluation import aevaluate, evaluate, finished_records
+from ors_lab.evaluation import aevaluate, evaluate
+from ors_lab.events import AgentEvent
 from tests.conftest import REPO_ROOT
 from tests.envs.common import LAB_TASKS
 from tests.evaluation.policies import expected_reward, lab_policy, slow_lab_policy, stepping_policy
@@ -43,6 +44,11 @@ def _open_at_once(path: Path) -> int:
         now += 1 if kind == "open" else -1
         most = max(most, now)
     return most
+
+
+def finished_records(path: Path, environment: str, split: str) -> dict[tuple[str, str, int, int], str]:
+    """The episodes of `environment`/`split` the trace holds finished without an error."""
+    return {k: v for k, v in finished_episodes(load_trace(path).table).items() if k[:2] == (environment, split)}
 
 
 def _finished(path: Path, split: str) -> int:
@@ -150,11 +156,12 @@ def test_a_failing_episode_is_recorded_and_the_run_goes_on(lab: Environment, tmp
     assert not _unclosed(path)
     errors = load_trace(path).events
     agent_errors = errors[(errors["layer"] == "agent") & (errors["kind"] == "error")]
-    assert len(agent_errors) == 2 and set(agent_errors["reason"]) == {"ToolError"}
+    assert len(agent_errors) == 2 and set(agent_errors["reason"]) == {"tool_error"}
+    assert {json.loads(data)["code"] for data in agent_errors["data"]} == {"ToolError"}
 
 
 def test_an_agent_exception_fails_only_its_episode(ors_sdk_server: ServerProcess) -> None:
-    """An exception in the agent's own code is the episode's error (source agent); the run goes on."""
+    """An exception in the agent's own code is the episode's error (the platform's internal error); the run goes on."""
 
     def policy(obs: Observation) -> ToolCall | None:
         if obs.index == 2:
@@ -170,8 +177,9 @@ def test_an_agent_exception_fails_only_its_episode(ors_sdk_server: ServerProcess
     assert episodes.loc[0, "error"] is pd_na() and episodes.loc[0, "reward"] == 1.0
     errors = [event for event in seen if event["type"] == "error"]
     assert errors == [
-        {"type": "error", "errorType": "ValueError", "message": "policy bug", "source": "agent", "retryable": False}
-    ]
+        {"type": "error", "errorType": "internal_error", "message": "policy bug", "source": "platform",
+         "retryable": False, "code": "ValueError"}
+    ]  # fmt: skip
 
 
 def test_timeout_fails_a_slow_episode_and_closes_its_session(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
@@ -428,10 +436,15 @@ def test_demo_agent_streams_its_reasoning_into_the_trace(demo_server: ServerProc
     mine = agent[agent["session_id"] == sid]
     kinds = [k for i, k in enumerate(mine["kind"]) if k != "reasoning-delta" or mine["kind"].iloc[i - 1] != k]
     assert kinds == [
-        "start", "reasoning-start", "reasoning-delta", "reasoning-end", "tool-input-available",
-        "tool-output-available", "reasoning-start", "reasoning-delta", "reasoning-end", "text-start", "text-delta",
-        "text-end", "tool-input-available", "tool-output-available", "reward", "finish", "episode",
+        "start",
+        "block-start", "reasoning-start", "reasoning-delta", "reasoning-end", "tool-input-available",
+        "tool-output-available", "block-end",
+        "block-start", "reasoning-start", "reasoning-delta", "reasoning-end", "text-start", "text-delta",
+        "text-end", "tool-input-available", "tool-output-available", "reward", "block-end",
+        "finish", "episode",
     ]  # fmt: skip
+    blocks = [json.loads(data) for data in mine[mine["kind"] == "block-start"]["data"]]
+    assert [block["blockName"] for block in blocks] == ["check", "answer"]
     assert set(mine["rollout"]) == {1}
     deltas = mine[mine["kind"] == "reasoning-delta"]["data"].map(lambda text: json.loads(text)["delta"])
     assert "".join(deltas).startswith("The problem reads: ")
@@ -466,3 +479,77 @@ def test_an_agent_must_be_an_agent_or_a_policy(ors_sdk_server: ServerProcess) ->
     """Passing something that is neither an Agent nor a callable is a TypeError naming it."""
     with Client(ors_sdk_server.url) as client, pytest.raises(TypeError, match="async run"):
         evaluate(client.environment("lab"), 42, split="train", progress=False)  # type: ignore[arg-type]
+
+
+# -- the run's event stream ----------------------------------------------------------------------------
+
+
+async def test_two_evaluations_on_one_client_record_into_their_own_traces(
+    ors_sdk_server: ServerProcess, tmp_path: Path
+) -> None:
+    """Two evaluations at once on one client: each trace holds its own episodes only; the client is left as it was."""
+    async with AsyncClient(ors_sdk_server.url) as client:
+        lab = client.environment("lab")
+        first, second = await asyncio.gather(
+            aevaluate(lab, slow_lab_policy, split="train", rollouts=3, record=tmp_path / "a.parquet", progress=False),
+            aevaluate(lab, slow_lab_policy, split="test", rollouts=3, record=tmp_path / "b.parquet", progress=False),
+        )
+        assert client.recorder is None and not client.events.active and lab.events is client.events
+    for result, name, split in ((first, "a", "train"), (second, "b", "test")):
+        trace = load_trace(tmp_path / f"{name}.parquet")
+        assert set(trace.sessions["session_id"]) == set(result.episodes["session_id"])
+        assert set(trace.events["split"].dropna()) == {split}
+        assert len(trace.episodes) == len(result.episodes) == 3 * len(LAB_TASKS[split])
+
+
+def test_the_trace_and_the_result_are_one_model(lab: Environment, tmp_path: Path) -> None:
+    """evaluate(..., record=p).episodes equals load_trace(p).episodes; so do its steps and tasks."""
+    path = tmp_path / "run.parquet"
+    result = evaluate(lab, stepping_policy, split="train", rollouts=2, max_steps=2, record=path, progress=False)
+    trace = load_trace(path)
+    assert len(result.episodes) == 6 and result.steps["step"].max() == 2
+    assert result.episodes.equals(trace.episodes)
+    assert result.steps.equals(trace.steps)
+    assert result.tasks.equals(trace.tasks)
+
+
+def test_a_recorder_on_the_client_sees_the_run_too(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
+    """The run's stream forwards to its client's: a client's recorder holds the run's wire and agent rows."""
+    with Recorder(tmp_path / "client.parquet") as rec, Client(ors_sdk_server.url, recorder=rec) as client:
+        result = evaluate(client.environment("lab"), lab_policy, split="train", progress=False)
+    trace = load_trace(tmp_path / "client.parquet")
+    assert trace.episodes.equals(result.episodes)
+    assert {"request", "result", "start", "episode", "block-start"} <= set(trace.events["kind"])
+
+
+def test_a_raising_or_slow_subscriber_breaks_and_slows_nothing(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
+    """A subscriber that raises, and a buffered one that takes a second an event, joined mid-run: the run ends as
+    fast, every episode right and recorded; the late one saw only what came after it joined."""
+    path = tmp_path / "run.parquet"
+    late: list[AgentEvent] = []
+    joined: list[object] = []
+
+    def slow(event: AgentEvent) -> None:
+        late.append(event)
+        time.sleep(1.0)
+
+    with Client(ors_sdk_server.url) as client:
+        lab = client.environment("lab")
+
+        def watch(event: AgentEvent) -> None:
+            if event.type == "finish" and joined:
+                raise RuntimeError("a broken widget")
+            if event.type == "episode" and not joined:  # a widget displayed mid-run
+                joined.append(client.events.subscribe(slow, buffer=10))
+
+        started = time.monotonic()
+        result = evaluate(lab, lab_policy, split="train", rollouts=20, concurrency=4, record=path, progress=False,
+                          subscribe=watch)  # fmt: skip
+        elapsed = time.monotonic() - started
+        (subscription,) = joined
+    assert elapsed < 20  # a subscriber that blocked would take a second per event: minutes
+    assert list(result.episodes["reward"]) == [expected_reward("train", i, r) for i in range(3) for r in range(20)]
+    assert len(load_trace(path).episodes) == 60
+    assert late and late[0].t_ns > 0 and subscription.dropped > 0  # type: ignore[attr-defined]
+    first_seen = late[0].t_ns
+    assert all(event.t_ns >= first_seen for event in late)

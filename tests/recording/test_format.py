@@ -24,10 +24,10 @@ import pytest
 from pyarrow import ipc
 
 import ors_lab
+from ors_lab.analysis import frames
 from ors_lab.demo.env import guessing_tasks
 from ors_lab.demo.launch import ServerProcess
-from ors_lab.recording import frames
-from ors_lab.recording.recorder import parts_dir
+from ors_lab.recording.parts import parts_dir
 from ors_lab.recording.schema import (
     AGENT_KINDS,
     COLUMNS,
@@ -45,13 +45,7 @@ from tests.envs import common
 from tests.scripted_demo import guess_by_bisection, solve_arithmetic
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "trace-format.md"
-DECLARED: dict[str, dict[str, pa.DataType]] = {
-    "events": {field.name: field.type for field in SCHEMA},
-    "calls": frames.CALLS_COLUMNS,
-    "sessions": frames.SESSIONS_COLUMNS,
-    "steps": frames.STEPS_COLUMNS,
-    "episodes": frames.EPISODES_COLUMNS,
-}
+DECLARED: dict[str, dict[str, pa.DataType]] = {"events": {field.name: field.type for field in SCHEMA}, **frames.FRAMES}
 
 
 # -- reading the document ------------------------------------------------------------------------
@@ -170,10 +164,10 @@ def test_every_metadata_key_is_documented() -> None:
     assert {key.decode() for key in written} | {"ors_lab.partial"} <= keys
 
 
-@pytest.mark.parametrize("name", ["calls", "sessions", "steps", "episodes"])
+@pytest.mark.parametrize("name", list(frames.FRAMES))
 def test_derived_frame_tables_match_their_declared_columns(name: str) -> None:
     """Each derived DataFrame's table in the document lists its declared columns, in order, with their types."""
-    table = doc_table(f"### `trace.{name}`")
+    table = doc_table(f"### `trace.{name}")
     assert [(row["column"], row["Arrow type"]) for row in table] == [
         (column, str(kind)) for column, kind in DECLARED[name].items()
     ]
@@ -317,10 +311,18 @@ def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 # -- declared DataFrames ------------------------------------------------------------------------
 
 
+def frame_of(trace: ors_lab.Trace, name: str) -> pd.DataFrame:
+    value = getattr(trace, name)
+    return value() if callable(value) else value  # summary() is a method
+
+
 def assert_declared(trace: ors_lab.Trace) -> None:
-    """Every DataFrame of `trace` has its declared columns, in order, as `pd.ArrowDtype(type)`."""
-    for name, columns in DECLARED.items():
-        frame: pd.DataFrame = getattr(trace, name)
+    """Every DataFrame of `trace` has its declared columns, in order, as `pd.ArrowDtype(type)` (and
+    `tasks` and `summary` a pass@k column per k)."""
+    ks = frames.default_ks(trace.episodes)
+    for name, declared in DECLARED.items():
+        columns = {**declared, **frames.pass_columns(ks)} if name in ("tasks", "summary") else declared
+        frame = frame_of(trace, name)
         assert list(frame.columns) == list(columns), name
         assert dict(frame.dtypes) == {column: pd.ArrowDtype(kind) for column, kind in columns.items()}, name
 
@@ -335,7 +337,9 @@ def test_frames_of_an_empty_trace_have_the_declared_dtypes(empty_trace: ors_lab.
     assert len(empty_trace) == 0
     assert_declared(empty_trace)
     for name in DECLARED:
-        assert getattr(empty_trace, name).empty, name
+        if name != "summary":  # one row, whatever the trace holds
+            assert frame_of(empty_trace, name).empty, name
+    assert empty_trace.summary()["episodes"].tolist() == [0]
 
 
 def test_frames_of_a_trace_with_a_call_that_raised(crash_trace: ors_lab.Trace) -> None:
@@ -416,13 +420,26 @@ def test_a_version_2_trace_loads_with_a_null_rollout(demo_run: DemoRun, tmp_path
     assert trace.table.schema.names == table.schema.names
 
 
+def test_a_version_3_trace_loads_with_null_tokens(demo_run: DemoRun, tmp_path: Path) -> None:
+    """A trace written before the token columns (version 3) still loads, its token columns null, its frames whole."""
+    table = pq.read_table(demo_run.path)
+    metadata = {**table.schema.metadata, METADATA_SCHEMA_VERSION: b"3"}
+    tokens = ["input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens"]
+    old = tmp_path / "old.parquet"
+    pq.write_table(table.drop_columns(tokens).replace_schema_metadata(metadata), old)
+    trace = ors_lab.load_trace(old)
+    assert trace.table.schema.names == table.schema.names
+    assert all(trace.table[name].null_count == table.num_rows for name in tokens)
+    assert trace.episodes.equals(ors_lab.load_trace(demo_run.path).episodes)
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
         (None, r"no trace at .*missing\.parquet \(and no parts of one in .*missing\.parquet\.parts\)"),
         (lambda p: p.write_text("not parquet at all\n"), r"is not a readable Parquet file"),
         (lambda p: pd.DataFrame({"a": [1, 2]}).to_parquet(p), r"is Parquet but not an ors_lab trace"),
-        (_write_wrong_version, r"has trace schema version 999; this ors_lab reads versions 2, 3"),
+        (_write_wrong_version, r"has trace schema version 999; this ors_lab reads versions 2, 3, 4"),
     ],
     ids=["missing", "not-parquet", "not-a-trace", "wrong-version"],
 )

@@ -74,12 +74,11 @@ async def test_pings_stream_through_unbuffered(ors_sdk_server: Any, tmp_path: Pa
     """A ping reaches the client through the proxy when the server sends it, not at the end."""
     seen: list[tuple[str, float]] = []
 
-    class Sink:
-        def emit(self, kind: str, /, **fields: Any) -> None:
-            seen.append((kind, time.monotonic()))
+    def sink(event: Any) -> None:
+        seen.append((event.kind, time.monotonic()))
 
     with ol.Recorder(tmp_path / "proxy.parquet") as rec, serve_proxy(ors_sdk_server.url, rec) as url:
-        async with ol.AsyncClient(url, recorder=Sink()) as client:
+        async with ol.AsyncClient(url, recorder=sink) as client:
             async with client.environment("lab").session(split="test", index=0) as session:
                 started = time.monotonic()
                 result = await session.call("slow", {"seconds": 12})

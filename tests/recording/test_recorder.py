@@ -21,7 +21,7 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.client.transport import AiohttpTransport
-from ors_lab.recording.recorder import parts_dir
+from ors_lab.recording.parts import parts_dir
 from tests.envs import common
 
 
@@ -377,7 +377,7 @@ def test_flush_times_out_and_reports_a_failed_writer(tmp_path: Path, monkeypatch
     """flush(timeout) raises TimeoutError while the writer is stuck, and the writer's error once it fails."""
     release = threading.Event()
 
-    def stuck(self: ol.Recorder, tables: list[Any], metadata: dict[bytes, bytes]) -> int:
+    def stuck(self: ol.Recorder, table: Any, metadata: dict[bytes, bytes]) -> None:
         release.wait(30)
         raise OSError("disk full")
 
@@ -524,7 +524,7 @@ def test_header_items_past_the_cache_are_recorded_right(tmp_path: Path) -> None:
         for i in range(n):
             headers = httpx2.Headers([(b"Server", b"uvicorn"), (b"Date", f"day {i}".encode()), (b"X-Api-Key", b"k3y")])
             rec.emit("response", status=200, headers=headers)
-            assert rec._header_items <= 4_096
+            assert len(rec._rows._header_items) <= 4_096
     recorded = [json.loads(text) for text in ol.load_trace(path).table["headers"].to_pylist()]
     assert recorded == [{"server": "uvicorn", "date": f"day {i}", "x-api-key": "<redacted>"} for i in range(n)]
     assert b"k3y" not in path.read_bytes()

@@ -177,11 +177,16 @@ def echo_trace(tmp_path_factory: pytest.TempPathFactory, ors_sdk_server: Any) ->
 
 
 class Sink:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any], float]] = []
+    """Keeps the events the client publishes, in order."""
 
-    def emit(self, kind: str, /, **fields: Any) -> None:
-        self.events.append((kind, fields, time.monotonic()))
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def __call__(self, event: Any) -> None:
+        self.events.append(event)
+
+    def kinds(self, kind: str) -> list[Any]:
+        return [event for event in self.events if event.kind == kind]
 
 
 def test_fault_cut_is_resumed_from_the_recorded_result(echo_trace: Path) -> None:
@@ -189,10 +194,10 @@ def test_fault_cut_is_resumed_from_the_recorded_result(echo_trace: Path) -> None
     sink = Sink()
     with ol.ReplayServer(echo_trace, speed=0, faults=["cut:1,tool=echo,times=0"]) as server:
         assert _calls(server.url, [], sink) == ["a", "b"]
-    resumes = [f for k, f, _ in sink.events if k == "retry" and f["reason"] == "resume"]
+    resumes = [e for e in sink.kinds("retry") if e.reason == "resume"]
     assert len(resumes) == 2
-    bodies = [json.loads(f["body"]) for k, f, _ in sink.events if k == "request" and f["url"].endswith("/call")]
-    assert [b.get("task_id") for b in bodies] == [None, resumes[0]["task_id"], None, resumes[1]["task_id"]]
+    bodies = [json.loads(e.body) for e in sink.kinds("request") if e.url.endswith("/call")]
+    assert [b.get("task_id") for b in bodies] == [None, resumes[0].task_id, None, resumes[1].task_id]
 
 
 @pytest.mark.parametrize(("fault", "waits"), [("status:429", 1.0), ("status:503-starting", 1.0), ("status:502", 0.0)])
@@ -201,11 +206,11 @@ def test_fault_status_before_the_stream_is_retried(echo_trace: Path, fault: str,
     sink = Sink()
     with ol.ReplayServer(echo_trace, speed=0, faults=[fault]) as server:
         assert _calls(server.url, [], sink) == ["a", "b"]
-    statuses = [f["status"] for k, f, _ in sink.events if k == "response" and f["call"] == 1]
+    statuses = [e.status for e in sink.kinds("response") if e.call == 1]
     assert statuses[0] == int(fault.split(":")[1][:3])
     assert statuses[-1] == 200
-    retry = next(f for k, f, _ in sink.events if k == "retry")
-    assert retry["backoff"] == (waits or 0.05)
+    retry = sink.kinds("retry")[0]
+    assert retry.backoff == (waits or 0.05)
 
 
 def test_fault_500_is_raised(echo_trace: Path) -> None:
@@ -262,8 +267,8 @@ def _ping_and_end(url: str, faults: list[str] | None = None) -> tuple[list[float
     with ol.Client(url, recorder=sink) as client, client.environment("lab").session(split="test", index=0) as s:
         started = time.monotonic()
         assert s.call("slow", {"seconds": 10.5}).text == "slept"
-    pings = [at - started for k, _, at in sink.events if k == "comment"]
-    end = next(at for k, _, at in sink.events if k == "result") - started
+    pings = [e.t_ns / 1e9 - started for e in sink.kinds("comment")]
+    end = sink.kinds("result")[0].t_ns / 1e9 - started
     return pings, end
 
 

@@ -1,0 +1,112 @@
+"""The run's DataFrames from a trace's rows (steps, episodes, tasks, errors, summary), on runs of known numbers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ors_lab.analysis import frames
+from ors_lab.events import EpisodeEvent, EventStream, StartEvent
+from ors_lab.recording import Recorder
+from tests.analysis.synthetic import Episode, record
+
+RUN = [
+    Episode(0, 0, [0.0, 1.0]),
+    Episode(0, 1, [0.0, 0.0], finished=False),
+    Episode(0, 2, [1.0]),
+    Episode(1, 0, [0.5], error="boom"),
+    Episode(1, 1, [None, 0.25], crashes=1),
+    Episode(1, 2, [], finished=False),
+]
+
+
+def test_an_evaluations_episodes_are_what_it_recorded(tmp_path: Path) -> None:
+    """Each episode row: the recorded reward, success, finish reason and error; steps and errors from its rows."""
+    trace = record(tmp_path / "run.parquet", RUN[::-1])  # recorded out of order: the frame is in task, rollout order
+    episodes = trace.episodes
+    keys = list(zip(episodes["task_index"], episodes["rollout"], strict=True))
+    assert keys == [(t, r) for t in (0, 1) for r in range(3)]
+    assert episodes["reward"].tolist() == [1.0, 0.0, 1.0, 0.0, 0.25, 0.0]
+    assert episodes["total_reward"].tolist()[:5] == [1.0, 0.0, 1.0, 0.5, 0.25]
+    assert pd.isna(episodes["total_reward"].iloc[5]) and pd.isna(episodes["final_reward"].iloc[5])
+    assert episodes["success"].tolist() == [True, False, True, False, False, False]
+    assert episodes["finished"].tolist() == [True, False, True, True, True, False]
+    assert episodes["steps"].tolist() == [2, 2, 1, 1, 2, 0]
+    assert episodes["errors"].tolist() == [0, 0, 0, 0, 1, 0]
+    assert episodes["finish_reason"].tolist() == ["stop", "stop", "stop", "error", "stop", "stop"]
+    assert episodes["error"].fillna("-").tolist() == ["-", "-", "-", "boom", "-", "-"]
+    assert episodes["error_type"].fillna("-").tolist() == ["-", "-", "-", "ToolError", "-", "-"]
+    assert (episodes["duration_s"] == 0.5).all() and episodes["started"].notna().all()
+    assert episodes["session_id"].tolist() == [e.session_id for e in RUN]
+
+
+def test_steps_are_the_calls_that_returned(tmp_path: Path) -> None:
+    """A step per result (calls that raised are not steps), numbered per episode, with the episode's rollout."""
+    steps = record(tmp_path / "run.parquet", RUN).steps
+    crashed = steps[steps["session_id"] == RUN[4].session_id]
+    assert (crashed["step"].tolist(), crashed["call"].tolist()) == ([1, 2], [2, 3])
+    assert pd.isna(crashed["reward"].iloc[0]) and crashed["reward"].iloc[1] == 0.25
+    assert steps.groupby("session_id", sort=False)["step"].max().tolist() == [2, 2, 1, 1, 2]
+    assert steps["rollout"].tolist() == [0, 0, 1, 1, 2, 0, 1, 1]
+    assert steps["tool"].unique().tolist() == ["step"]
+
+
+def test_sessions_no_evaluation_ran_reduce_their_steps(tmp_path: Path) -> None:
+    """A bare client's sessions: reward is the steps' sum (or the reduction asked), success by the threshold."""
+    trace = record(tmp_path / "run.parquet", RUN, evaluated=False)
+    episodes = trace.episodes
+    assert episodes["rollout"].isna().all() and episodes["finish_reason"].isna().all()
+    assert episodes["reward"].tolist() == [1.0, 0.0, 1.0, 0.5, 0.25, 0.0]
+    assert episodes["success"].tolist() == [True, False, True, False, False, False]
+    final = frames.episodes_frame(trace.table, reward="final", success_threshold=0.5)
+    assert final["reward"].tolist() == [1.0, 0.0, 1.0, 0.5, 0.25, 0.0]
+    assert final["success"].tolist() == [True, False, True, True, False, False]
+    largest = frames.episodes_frame(trace.table, reward=lambda steps: len(steps))
+    assert largest["reward"].tolist() == [2.0, 2.0, 1.0, 1.0, 2.0, 0.0]
+    assert (episodes["started"] <= episodes["started"] + pd.to_timedelta(episodes["duration_s"], unit="s")).all()
+
+
+def test_tasks_aggregate_their_episodes(tmp_path: Path) -> None:
+    """Per task: mean reward, its standard error, success and finished rates, pass@1 and pass@3, errors."""
+    tasks = record(tmp_path / "run.parquet", RUN).tasks.set_index("task_index")
+    assert list(tasks.columns[-2:]) == ["pass@1", "pass@3"]
+    assert tasks.loc[0, "episodes"] == 3 and tasks.loc[0, "mean_reward"] == pytest.approx(2 / 3)
+    assert tasks.loc[0, "stderr"] == pytest.approx(math.sqrt((1 / 3) / 3))
+    assert tasks.loc[0, "pass@1"] == pytest.approx(2 / 3) and tasks.loc[0, "pass@3"] == 1.0
+    assert tasks.loc[1, "success_rate"] == 0.0 and tasks.loc[1, "errors"] == 1 and tasks.loc[1, "pass@3"] == 0.0
+    assert tasks.loc[1, "finished_rate"] == pytest.approx(2 / 3)
+    assert tasks.loc[0, "mean_steps"] == pytest.approx(5 / 3)
+    assert tasks["input_tokens"].isna().all()
+
+
+def test_summary_is_the_run_in_one_row(tmp_path: Path) -> None:
+    """summary(): episodes, tasks, the mean reward and its stderr over all episodes, pass@k averaged over tasks."""
+    trace = record(tmp_path / "run.parquet", RUN)
+    row = trace.summary().iloc[0]
+    counts = (row["environments"], row["splits"], row["episodes"], row["tasks"], row["errors"])
+    assert counts == ("lab", "test", 6, 2, 1)
+    assert row["mean_reward"] == pytest.approx(2.25 / 6)
+    assert row["pass@3"] == pytest.approx(0.5) and row["pass@1"] == pytest.approx((2 / 3 + 0) / 2)
+    assert trace.errors["error"].tolist() == ["boom"]
+
+
+def test_an_episode_that_failed_before_its_session_opened_is_an_episode(tmp_path: Path) -> None:
+    """An evaluation's episode whose session never opened (only start and episode rows) is a row, with its error."""
+    path = tmp_path / "run.parquet"
+    stream = EventStream()
+    with Recorder(path) as recorder:
+        stream.subscribe(recorder)
+        stream.publish(StartEvent(session_id="s", rollout=0, message_id="s", environment="lab", split="test",
+                                  task_index=4))  # fmt: skip
+        stream.publish(EpisodeEvent(session_id="s", rollout=0, environment="lab", split="test", task_index=4,
+                                    reward=0.0, total_reward=None, final_reward=None, finished=False, success=False,
+                                    finish_reason="error", steps=0, started=1.0, duration_s=0.1, error="HTTP 404",
+                                    error_type="ServerError"))  # fmt: skip
+    from ors_lab import load_trace
+
+    (episode,) = load_trace(path).episodes.to_dict("records")
+    assert (episode["task_index"], episode["rollout"], episode["error"], episode["steps"]) == (4, 0, "HTTP 404", 0)
+    assert episode["started"] == pd.Timestamp(1.0, unit="s", tz="UTC")
