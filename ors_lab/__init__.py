@@ -1,8 +1,9 @@
 """ors_lab: Open Reward Standard (ORS) environments, workable from Jupyter.
 
-``Client`` / ``AsyncClient`` drive sessions; the models and errors are the protocol's own;
-``Recorder`` and ``load_trace`` write and read traces; ``evaluate`` runs an agent over tasks
-into DataFrames (these load on first use: pyarrow and pandas are heavy).
+``Client`` / ``AsyncClient`` drive sessions; the models and errors are the protocol's own; every
+event is a typed record on an ``EventStream`` (``ors_lab.events`` has them all); ``Recorder`` and
+``load_trace`` write and read traces; ``evaluate`` runs an agent over tasks into DataFrames (these
+load on first use: pyarrow and pandas are heavy).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -13,10 +14,13 @@ from ors_lab.client import (
     AsyncSession,
     Client,
     Environment,
+    RecordingTransport,
     RetryPolicy,
     Session,
 )
+from ors_lab.events import AgentEvent, Event, EventStream, Subscription, WireEvent
 from ors_lab.protocol import (
+    Block,
     EnvironmentStartingError,
     ImageBlock,
     MalformedStreamError,
@@ -38,28 +42,30 @@ from ors_lab.protocol import (
     TraceFormatError,
     UnknownTaskError,
 )
+from ors_lab.version import __version__
 
 if TYPE_CHECKING:
-    from ors_lab.agents import Agent, AgentEvent, Episode, Observation, OpenAIAgent, PolicyAgent, ToolCall
+    from ors_lab.agents import Agent, Episode, Observation, OpenAIAgent, PolicyAgent, Step, ToolCall
+    from ors_lab.analysis import Trace, load_trace
     from ors_lab.evaluation import EvalResult, aevaluate, evaluate
-    from ors_lab.recording import Recorder, Trace, load_trace
+    from ors_lab.recording import Recorder
     from ors_lab.replay import AgentReplayTransport, Fault, ReplayServer, ReplayTransport
 
 _LAZY = {
     "Agent": "ors_lab.agents",
-    "AgentEvent": "ors_lab.agents",
     "Episode": "ors_lab.agents",
     "Observation": "ors_lab.agents",
     "OpenAIAgent": "ors_lab.agents",
     "PolicyAgent": "ors_lab.agents",
+    "Step": "ors_lab.agents",
     "ToolCall": "ors_lab.agents",
     "EvalResult": "ors_lab.evaluation",
     "aevaluate": "ors_lab.evaluation",
     "evaluate": "ors_lab.evaluation",
-    "AgentReplayTransport": "ors_lab.replay",
     "Recorder": "ors_lab.recording",
-    "Trace": "ors_lab.recording",
-    "load_trace": "ors_lab.recording",
+    "Trace": "ors_lab.analysis",
+    "load_trace": "ors_lab.analysis",
+    "AgentReplayTransport": "ors_lab.replay",
     "Fault": "ors_lab.replay",
     "ReplayServer": "ors_lab.replay",
     "ReplayTransport": "ors_lab.replay",
@@ -76,8 +82,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'ors_lab' has no attribute {name!r}")
 
 
-__version__ = "0.1.0"
-
 __all__ = [
     "Agent",
     "AgentEvent",
@@ -85,11 +89,14 @@ __all__ = [
     "AsyncClient",
     "AsyncEnvironment",
     "AsyncSession",
+    "Block",
     "Client",
     "Environment",
     "EnvironmentStartingError",
     "Episode",
     "EvalResult",
+    "Event",
+    "EventStream",
     "Fault",
     "ImageBlock",
     "MalformedStreamError",
@@ -99,6 +106,7 @@ __all__ = [
     "OutcomeUnknownError",
     "PolicyAgent",
     "Recorder",
+    "RecordingTransport",
     "ReplayMismatchError",
     "ReplayServer",
     "ReplayTransport",
@@ -109,7 +117,9 @@ __all__ = [
     "SessionClosedError",
     "SessionNotFoundError",
     "Split",
+    "Step",
     "StreamError",
+    "Subscription",
     "Task",
     "TextBlock",
     "ToolCall",
@@ -120,6 +130,7 @@ __all__ = [
     "Trace",
     "TraceFormatError",
     "UnknownTaskError",
+    "WireEvent",
     "__version__",
     "aevaluate",
     "evaluate",

@@ -9,8 +9,9 @@ free loopback port. ``POST /v1/chat/completions`` with ``"stream": true`` stream
 role delta first, then ``reasoning_content`` deltas (as vLLM and DeepSeek servers send them),
 content deltas in several pieces, ``tool_calls`` deltas (the first with ``id``, ``type`` and
 ``function.name``, the later ones with pieces of ``function.arguments``), a last chunk with the
-``finish_reason``, a usage chunk (``choices: []``) when ``stream_options.include_usage`` asks for
-it or ``usage=True``, and ``data: [DONE]``.
+``finish_reason``, a usage chunk (``choices: []``, ``usage_of``: a token per piece streamed, the
+reasoning ones among them, and 42 prompt tokens, 32 of them cached) when
+``stream_options.include_usage`` asks for it or ``usage=True``, and ``data: [DONE]``.
 
 What it says is scripted and deterministic:
 
@@ -48,7 +49,18 @@ from starlette.routing import Route
 
 from ors_lab.asgi import serve_app
 
-__all__ = ["API_KEY", "MODEL", "Cut", "LLMServer", "Seen", "Streamed", "serve_llm"]
+__all__ = [
+    "API_KEY",
+    "CACHED_TOKENS",
+    "MODEL",
+    "PROMPT_TOKENS",
+    "Cut",
+    "LLMServer",
+    "Seen",
+    "Streamed",
+    "serve_llm",
+    "usage_of",
+]
 
 MODEL = "test-model"
 API_KEY = "sk-test-0123456789abcdefSECRET"
@@ -242,10 +254,26 @@ class LLMServer:
                 await asyncio.sleep(0)
         yield chunk({}, streamed.finish_reason)
         if include_usage:
-            completion = len(streamed.reasoning) + len(streamed.text) + len(streamed.arguments)
-            usage = {"prompt_tokens": 42, "completion_tokens": completion, "total_tokens": 42 + completion}
+            usage = usage_of(streamed)
             yield b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n"
         yield b"data: [DONE]\n\n"
+
+
+PROMPT_TOKENS = 42
+CACHED_TOKENS = 32
+
+
+def usage_of(streamed: Streamed) -> dict[str, Any]:
+    """The usage the scripted model reports for an answer: a token per streamed piece, 42 prompt tokens (32 cached)."""
+    reasoning = len(streamed.reasoning)
+    completion = reasoning + len(streamed.text) + len(streamed.arguments)
+    return {
+        "prompt_tokens": PROMPT_TOKENS,
+        "completion_tokens": completion,
+        "total_tokens": PROMPT_TOKENS + completion,
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+        "prompt_tokens_details": {"cached_tokens": CACHED_TOKENS},
+    }
 
 
 def _tools_problem(tools: Any) -> str | None:

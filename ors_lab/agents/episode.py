@@ -2,45 +2,66 @@
 
 An agent's ``run(episode)`` reads ``episode.prompt`` and ``episode.tools``, calls
 ``await episode.call(name, input)`` until ``episode.done``, and says what it thinks on the way
-with ``episode.text()`` / ``episode.reasoning()``. Every call emits the agent events of
-``ors_lab.agents.events`` (tool input, tool output or error, reward), so an agent only streams
-what is its own: text, reasoning and tool-input deltas.
+with ``episode.text()`` / ``episode.reasoning()``, a turn at a time (``episode.block()``). Every
+call publishes the agent events of ``ors_lab.events`` (tool input, tool output or error, reward),
+so an agent publishes only what is its own: text, reasoning and tool-input deltas, its turns, and
+the tokens its LLM used (``episode.usage``). ``episode.publish(event)`` publishes any agent event
+with the episode's session and rollout filled in.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ors_lab.agents.events import AgentEvent, EventStream, compact_json
 from ors_lab.client import AsyncSession
-from ors_lab.protocol.errors import ORSError
+from ors_lab.events import (
+    AgentEvent,
+    BlockEndEvent,
+    BlockStartEvent,
+    ErrorEvent,
+    EventStream,
+    ReasoningDeltaEvent,
+    ReasoningEndEvent,
+    ReasoningStartEvent,
+    RewardEvent,
+    TextDeltaEvent,
+    TextEndEvent,
+    TextStartEvent,
+    ToolInputAvailableEvent,
+    ToolOutputAvailableEvent,
+    ToolOutputErrorEvent,
+    UsageEvent,
+)
+from ors_lab.protocol.errors import EnvironmentStartingError, ORSError
 from ors_lab.protocol.models import Block, Task, TextBlock, ToolResult, ToolSpec
 
 __all__ = [
     "CURRENT_EPISODE",
+    "REPORTED",
     "Agent",
     "Episode",
     "Step",
     "StepLimitReached",
     "TextStream",
-    "error_payload",
+    "Usage",
+    "error_event",
     "prompt_text",
 ]
 
 
 CURRENT_EPISODE: ContextVar[Episode | None] = ContextVar("ors_lab_current_episode", default=None)
 """The episode the running code belongs to (the harness sets it around ``agent.run``): how the
-agent's own HTTP traffic finds the recorder and session it belongs to, live and in replay."""
+agent's own HTTP traffic finds the stream and session it belongs to, live and in replay."""
 
 
 REPORTED = "ors_lab: reported as an agent error event"
-"""The note on an exception whose ``error`` event was already emitted (so the harness does not repeat it)."""
+"""The note on an exception whose ``error`` event was already published (so the harness does not repeat it)."""
 
 
 class StepLimitReached(Exception):
@@ -56,7 +77,7 @@ class Agent(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One tool call of an episode and what came back."""
+    """One tool call of an episode and what came back (``reward``, ``ok``, ... are the result's)."""
 
     number: int
     tool: str
@@ -65,57 +86,121 @@ class Step:
     duration_s: float
     call: int
 
+    @property
+    def reward(self) -> float | None:
+        return self.result.reward
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    @property
+    def finished(self) -> bool:
+        return self.result.finished
+
+    @property
+    def error(self) -> str | None:
+        return self.result.error
+
+
+@dataclass
+class Usage:
+    """Tokens used so far: in, out, of them reasoning, and of the input, cached (None: never reported)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+
+    NAMES = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens")
+
+    def add(self, event: UsageEvent) -> None:
+        """Count one LLM call's usage."""
+        for name in self.NAMES:
+            value = getattr(event, name)
+            if value is not None:
+                setattr(self, name, (getattr(self, name) or 0) + value)
+
+    @property
+    def reported(self) -> bool:
+        """True once any usage was counted."""
+        return any(getattr(self, name) is not None for name in self.NAMES)
+
 
 def prompt_text(blocks: list[Block]) -> str:
     """The prompt's text blocks joined by blank lines (images become ``[image]``)."""
     return "\n\n".join(b.text if isinstance(b, TextBlock) else "[image]" for b in blocks)
 
 
-def error_payload(exc: BaseException, *, source: str) -> dict[str, Any]:
-    """The seed's structured error for an exception: errorType, message, source, retryable, retryAfter.
+def error_event(exc: BaseException, *, source: str) -> ErrorEvent:
+    """The seed's structured error for an exception, from ``source`` (``platform``, ``provider`` or ``tool``).
 
-    ``retryable`` and ``retryAfter`` come from the HTTP answer behind the exception when it has one
-    (our ``ServerError``, the openai SDK's ``APIStatusError``): 429, 502, 503 and 504 are retryable,
-    and ``Retry-After`` (seconds) is passed on.
+    ``error_type`` is one of the seed's: ``rate_limit_error`` for a 429, ``authentication_error``
+    for a 401 or 403, ``provider_overloaded`` for a provider's 503 or 529 and ``provider_error`` for
+    its other failures, ``tool_error`` for the environment's, ``internal_error`` for the harness's
+    and the agent's own; ``code`` is the exception's type. ``retryable`` and ``retry_after`` come
+    from the HTTP answer behind the exception when it has one (429, 502, 503 and 504 are retryable,
+    and ``Retry-After`` seconds are passed on).
     """
-    from ors_lab.protocol.errors import EnvironmentStartingError
-
     status = getattr(exc, "status_code", None)
-    payload: dict[str, Any] = {
-        "errorType": type(exc).__name__,
-        "message": str(exc) or type(exc).__name__,
-        "source": source,
-        "retryable": status in (429, 502, 503, 504) or isinstance(exc, EnvironmentStartingError),
-    }
+    if status == 429:
+        kind = "rate_limit_error"
+    elif status in (401, 403):
+        kind = "authentication_error"
+    elif source == "provider":
+        kind = "provider_overloaded" if status in (503, 529) else "provider_error"
+    elif source == "tool":
+        kind = "tool_error"
+    else:
+        kind = "internal_error"
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None)
-    retry_after = headers.get("retry-after") if headers is not None else None
+    retry_after: float | str | None = headers.get("retry-after") if headers is not None else None
     try:
         if retry_after is not None:
-            payload["retryAfter"] = float(retry_after)
+            retry_after = float(retry_after)
     except ValueError:  # an HTTP date: keep the text
-        payload["retryAfter"] = retry_after
-    return payload
+        pass
+    return ErrorEvent(
+        error_type=kind,
+        message=str(exc) or type(exc).__name__,
+        source=source,
+        retryable=status in (429, 502, 503, 504, 529) or isinstance(exc, EnvironmentStartingError),
+        retry_after=retry_after,
+        code=type(exc).__name__,
+    )
 
 
 class TextStream:
-    """A text or reasoning part being streamed: ``write(delta)`` emits one delta event."""
+    """A text or reasoning part being streamed: ``write(delta)`` publishes one delta event."""
+
+    _EVENTS: ClassVar[dict[str, tuple[Callable[..., AgentEvent], ...]]] = {
+        "text": (TextStartEvent, TextDeltaEvent, TextEndEvent),
+        "reasoning": (ReasoningStartEvent, ReasoningDeltaEvent, ReasoningEndEvent),
+    }
 
     def __init__(self, episode: Episode, kind: str, part_id: str) -> None:
+        if kind not in self._EVENTS:
+            raise ValueError(f"a part is text or reasoning, not {kind!r}")
         self._episode = episode
         self.kind = kind
         self.id = part_id
         self.parts: list[str] = []
+        self._start, self._delta, self._end = self._EVENTS[kind]
+
+    def start(self) -> None:
+        """Begin the part (its ``-start`` event)."""
+        self._episode.publish(self._start(id=self.id))
 
     def write(self, delta: str) -> None:
-        """Stream ``delta`` (an empty string emits nothing)."""
+        """Stream ``delta`` (an empty string publishes nothing)."""
         if delta:
             self.parts.append(delta)
-            self._episode.emit(f"{self.kind}-delta", id=self.id, delta=delta)
+            self._episode.publish(self._delta(id=self.id, delta=delta))
 
     def close(self) -> None:
         """End the part (its ``-end`` event)."""
-        self._episode.emit(f"{self.kind}-end", id=self.id)
+        self._episode.publish(self._end(id=self.id))
 
     @property
     def text(self) -> str:
@@ -128,6 +213,7 @@ class Episode:
 
     ``prompt`` (blocks) and ``tools`` are read before the agent starts; ``steps`` grows with every
     call; ``done`` is true once a result said ``finished`` or ``max_steps`` calls were made.
+    ``events`` is the run's stream; ``usage`` the tokens the agent reported so far.
     """
 
     def __init__(
@@ -149,6 +235,7 @@ class Episode:
         self.steps: list[Step] = []
         self.finished = False
         self.finish_reason: str | None = None
+        self.usage = Usage()
         self._ids = itertools.count(1)
 
     def __repr__(self) -> str:
@@ -186,17 +273,29 @@ class Episode:
 
     # -- what the agent does -------------------------------------------------------------------
 
-    def emit(self, type: str, /, **payload: Any) -> None:
-        """Emit one agent event of this episode (see ``ors_lab.agents.events``)."""
-        self._emit_for_call(type, {}, **payload)
-
-    def _emit_for_call(self, type: str, columns: dict[str, Any], /, **payload: Any) -> None:
-        """An event about one tool call: its rows carry the call's tool, input and number too."""
-        self.events.publish(AgentEvent(type, payload, session_id=self.session.sid, rollout=self.rollout), **columns)
+    def publish(self, event: AgentEvent) -> None:
+        """Publish an agent event of this episode; its session and rollout are filled in if unset."""
+        if event.session_id is None:
+            event.session_id = self.session.sid
+        if event.rollout is None:
+            event.rollout = self.rollout
+        if isinstance(event, UsageEvent) and event.scope == "call":
+            self.usage.add(event)
+        self.events.publish(event)
 
     def new_id(self, prefix: str) -> str:
-        """A fresh id for a text part, a reasoning part or a tool call, unique in the episode."""
+        """A fresh id for a text part, a reasoning part, a block or a tool call, unique in the episode."""
         return f"{prefix}-{next(self._ids)}"
+
+    @contextmanager
+    def block(self, name: str, *, block_type: str = "turn") -> Iterator[str]:
+        """``with episode.block("turn 1"):`` one turn of the agent, between block-start and block-end."""
+        block_id = self.new_id("block")
+        self.publish(BlockStartEvent(block_id=block_id, block_name=name, block_type=block_type))
+        try:
+            yield block_id
+        finally:
+            self.publish(BlockEndEvent(block_id=block_id))
 
     @contextmanager
     def text(self) -> Iterator[TextStream]:
@@ -213,7 +312,7 @@ class Episode:
     def open_part(self, kind: str) -> TextStream:
         """Start a ``text`` or ``reasoning`` part (its ``-start`` event); ``close()`` it when done."""
         stream = TextStream(self, kind, self.new_id(kind))
-        self.emit(f"{kind}-start", id=stream.id)
+        stream.start()
         return stream
 
     @contextmanager
@@ -224,10 +323,24 @@ class Episode:
         finally:
             stream.close()
 
+    def record_usage(
+        self,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        reasoning_tokens: int | None = None,
+        cached_tokens: int | None = None,
+        model: str | None = None,
+    ) -> None:
+        """Publish the tokens one LLM call used (a ``usage`` event); the harness sums them per episode."""
+        usage = UsageEvent(input_tokens=input_tokens, output_tokens=output_tokens, reasoning_tokens=reasoning_tokens,
+                           cached_tokens=cached_tokens, model=model)  # fmt: skip
+        self.publish(usage)
+
     async def call(
         self, name: str, input: Mapping[str, Any] | None = None, *, tool_call_id: str | None = None
     ) -> ToolResult:
-        """Call a tool; emits tool-input-available, then tool-output-available or -error, and reward.
+        """Call a tool; publishes tool-input-available, then tool-output-available or -error, and reward.
 
         ``ok=False`` results are returned (the agent sees the error). Infrastructure failures raise
         after an ``error`` and a ``tool-output-error`` event. Raises ``StepLimitReached`` when the
@@ -237,26 +350,31 @@ class Episode:
             raise StepLimitReached(f"the step limit ({self.max_steps}) is reached")
         tool_input = dict(input or {})
         call_id = tool_call_id or self.new_id("call")
-        self.emit("tool-input-available", toolCallId=call_id, toolName=name, input=tool_input)
+        self.publish(ToolInputAvailableEvent(tool_call_id=call_id, tool_name=name, input=tool_input))
         started = time.monotonic()
-        columns: dict[str, Any] = {"tool": name, "input": compact_json(tool_input), "call": self.session.calls + 1}
+        number = self.session.calls + 1
         try:
             result = await self.session.call(name, tool_input)
         except ORSError as exc:
-            self._emit_for_call("error", columns, **error_payload(exc, source="environment"))
-            self._emit_for_call("tool-output-error", columns, toolCallId=call_id, error=str(exc))
+            failure = error_event(exc, source="tool")
+            failure.tool, failure.input, failure.call = name, tool_input, number
+            self.publish(failure)
+            self.publish(ToolOutputErrorEvent(tool_call_id=call_id, tool=name, input=tool_input, call=number,
+                                              error=str(exc)))  # fmt: skip
             exc.add_note(REPORTED)
             raise
         step = Step(len(self.steps) + 1, name, tool_input, result, time.monotonic() - started, self.session.calls)
         self.steps.append(step)
         if result.ok:
             output = {"text": result.text, "blocks": [b.to_wire() for b in result.blocks], "metadata": result.metadata}
-            self._emit_for_call("tool-output-available", columns, toolCallId=call_id, output=output)
+            self.publish(ToolOutputAvailableEvent(tool_call_id=call_id, tool=name, input=tool_input, call=step.call,
+                                                  output=output))  # fmt: skip
         else:
-            self._emit_for_call("tool-output-error", columns, toolCallId=call_id, error=result.error or "",
-                                reason=result.reason)  # fmt: skip
+            self.publish(ToolOutputErrorEvent(tool_call_id=call_id, tool=name, input=tool_input, call=step.call,
+                                              error=result.error or "", reason=result.reason))  # fmt: skip
         if result.reward is not None:
-            self._emit_for_call("reward", columns, toolCallId=call_id, reward=result.reward, finished=result.finished)
+            self.publish(RewardEvent(tool_call_id=call_id, tool=name, input=tool_input, call=step.call,
+                                     reward=result.reward, finished=result.finished))  # fmt: skip
         if result.finished:
             self.finished = True
         return result

@@ -3,12 +3,15 @@
     agent = OpenAIAgent("my-model", base_url="http://127.0.0.1:8000/v1")   # key from $OPENAI_API_KEY
     ol.evaluate(env, agent, split="test", record="runs/llm.parquet")
 
-Each turn streams one chat completion with the session's tools as function tools. Reasoning
-deltas (``reasoning_content`` or ``reasoning`` in the delta, as open-weight servers send them)
-become ``reasoning-*`` events, content deltas ``text-*`` events, and tool-call argument deltas
-``tool-input-*`` events; each tool call then runs through ``episode.call`` and its result goes back
-as a ``tool`` message. The episode ends when it finishes, the step limit is reached, or the model
-answers without calling a tool.
+Each turn (one ``block``) streams one chat completion with the session's tools as function tools.
+Reasoning deltas (``reasoning_content`` or ``reasoning`` in the delta, as open-weight servers send
+them) become ``reasoning-*`` events, content deltas ``text-*`` events, and tool-call argument
+deltas ``tool-input-*`` events; the completion's token usage (asked for with
+``stream_options.include_usage``) a ``usage`` event; each tool call then runs through
+``episode.call`` and its result goes back as a ``tool`` message. The episode ends when it
+finishes, the step limit is reached, or the model answers without calling a tool. A failure of the
+provider is published as the seed's structured ``error`` (``rate_limit_error``,
+``authentication_error``, ``provider_overloaded``, ``provider_error``) and ends the episode.
 
 The SDK is given an ``http_client`` on ``RecordingTransport``, so the LLM traffic is recorded into
 the evaluation's trace (the API key is redacted before writing); pass
@@ -25,8 +28,9 @@ from typing import Any
 
 import httpx2
 
-from ors_lab.agents.episode import Episode, TextStream
+from ors_lab.agents.episode import REPORTED, Episode, TextStream, error_event
 from ors_lab.agents.http import recording_http_client
+from ors_lab.events import ToolInputDeltaEvent, ToolInputEndEvent, ToolInputStartEvent, ToolOutputErrorEvent
 from ors_lab.protocol.errors import ReplayMismatchError
 
 __all__ = ["OpenAIAgent", "function_tools"]
@@ -65,6 +69,7 @@ class _Turn:
         self.calls: dict[int, _ToolCall] = {}
         self.content: list[str] = []
         self.finish_reason: str | None = None
+        self.usage: Any = None
 
     def _part(self, kind: str) -> TextStream:
         """The open text or reasoning part, opening it (and closing the other) when needed."""
@@ -80,6 +85,8 @@ class _Turn:
         self.parts.clear()
 
     def feed(self, chunk: Any) -> None:
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = chunk.usage
         for choice in chunk.choices or ():
             delta = choice.delta
             extra = delta.model_extra or {}
@@ -102,15 +109,26 @@ class _Turn:
             entry = self.calls[call.index] = _ToolCall(
                 id=call.id or self.episode.new_id("call"), name=(function.name if function else None) or ""
             )
-            self.episode.emit("tool-input-start", toolCallId=entry.id, toolName=entry.name)
+            self.episode.publish(ToolInputStartEvent(tool_call_id=entry.id, tool_name=entry.name))
         if function is not None and function.arguments:
             entry.arguments.append(function.arguments)
-            self.episode.emit("tool-input-delta", toolCallId=entry.id, inputTextDelta=function.arguments)
+            self.episode.publish(ToolInputDeltaEvent(tool_call_id=entry.id, input_text_delta=function.arguments))
 
-    def end(self) -> None:
+    def end(self, model: str) -> None:
         self._close()
         for entry in self.calls.values():
-            self.episode.emit("tool-input-end", toolCallId=entry.id)
+            self.episode.publish(ToolInputEndEvent(tool_call_id=entry.id))
+        usage = self.usage
+        if usage is not None:
+            completion = getattr(usage, "completion_tokens_details", None)
+            prompt = getattr(usage, "prompt_tokens_details", None)
+            self.episode.record_usage(
+                input_tokens=usage.prompt_tokens,
+                output_tokens=usage.completion_tokens,
+                reasoning_tokens=getattr(completion, "reasoning_tokens", None),
+                cached_tokens=getattr(prompt, "cached_tokens", None),
+                model=model,
+            )
 
     def message(self) -> dict[str, Any]:
         """The assistant message to send back in the next turn."""
@@ -140,6 +158,7 @@ class OpenAIAgent:
         transport: httpx2.AsyncBaseTransport | None = None,
         max_retries: int = 2,
         timeout: float = 600.0,
+        usage: bool = True,
     ) -> None:
         try:
             import openai  # noqa: F401
@@ -156,6 +175,7 @@ class OpenAIAgent:
         self.transport = transport
         self.max_retries = max_retries
         self.timeout = timeout
+        self.usage = usage
 
     def __repr__(self) -> str:
         where = f", base_url={self.base_url!r}" if self.base_url else ""
@@ -189,37 +209,56 @@ class OpenAIAgent:
             options["max_tokens"] = self.max_tokens
         if self.extra_body:
             options["extra_body"] = self.extra_body
+        if self.usage:
+            options["stream_options"] = {"include_usage": True}
         try:
+            turns = 0
             while not episode.done:
-                turn = _Turn(episode)
-                try:
-                    stream: Any = await client.chat.completions.create(
-                        model=self.model,
-                        messages=messages,  # type: ignore[arg-type]
-                        tools=tools,  # type: ignore[arg-type]
-                        stream=True,
-                        **options,
-                    )
-                    async for chunk in stream:
-                        turn.feed(chunk)
-                except openai.APIStatusError as exc:
-                    if exc.response.headers.get("x-ors-lab-replay") == "mismatch":
-                        detail = _detail(exc.response)
-                        raise ReplayMismatchError(detail, status_code=exc.status_code, detail=detail) from exc
-                    raise
-                finally:
-                    turn.end()
-                messages.append(turn.message())
-                if not turn.calls:
-                    episode.finish_reason = FINISH_REASONS.get(turn.finish_reason or "stop", "other")
-                    return
-                for call in turn.calls.values():
-                    if episode.done:
+                turns += 1
+                with episode.block(f"turn {turns}"):
+                    turn = _Turn(episode)
+                    failure: openai.APIError | None = None
+                    try:
+                        stream: Any = await client.chat.completions.create(
+                            model=self.model,
+                            messages=messages,  # type: ignore[arg-type]
+                            tools=tools,  # type: ignore[arg-type]
+                            stream=True,
+                            **options,
+                        )
+                        async for chunk in stream:
+                            turn.feed(chunk)
+                    except openai.APIError as exc:
+                        failure = exc
+                    finally:
+                        turn.end(self.model)
+                    if failure is not None:
+                        raise _reported(episode, failure)
+                    messages.append(turn.message())
+                    if not turn.calls:
+                        episode.finish_reason = FINISH_REASONS.get(turn.finish_reason or "stop", "other")
                         return
-                    content = await _run_tool(episode, call)
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+                    for call in turn.calls.values():
+                        if episode.done:
+                            return
+                        content = await _run_tool(episode, call)
+                        messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
         finally:
             await client.close()
+
+
+def _reported(episode: Episode, exc: Exception) -> Exception:
+    """The provider's failure (a replay's mismatch as a ``ReplayMismatchError``), published as the
+    seed's structured error and noted so: the exception to raise."""
+    response = getattr(exc, "response", None)
+    if response is not None and response.headers.get("x-ors-lab-replay") == "mismatch":
+        detail = _detail(response)
+        mismatch = ReplayMismatchError(detail, status_code=response.status_code, detail=detail)
+        mismatch.__cause__ = exc
+        exc = mismatch
+    episode.publish(error_event(exc, source="provider"))
+    exc.add_note(REPORTED)
+    return exc
 
 
 async def _run_tool(episode: Episode, call: _ToolCall) -> str:
@@ -229,11 +268,11 @@ async def _run_tool(episode: Episode, call: _ToolCall) -> str:
         arguments = json.loads(text)
     except ValueError as exc:
         message = f"the arguments are not valid JSON ({exc}): {text[:200]}"
-        episode.emit("tool-output-error", toolCallId=call.id, error=message)
+        episode.publish(ToolOutputErrorEvent(tool_call_id=call.id, tool=call.name, error=message))
         return f"error: {message}"
     if not isinstance(arguments, dict):
         message = f"the arguments must be a JSON object, not {text[:200]}"
-        episode.emit("tool-output-error", toolCallId=call.id, error=message)
+        episode.publish(ToolOutputErrorEvent(tool_call_id=call.id, tool=call.name, error=message))
         return f"error: {message}"
     result = await episode.call(call.name, arguments, tool_call_id=call.id)
     return result.text if result.ok else f"error: {result.text}"

@@ -6,7 +6,8 @@
         return ToolCall("submit", {"answer": obs.last.text})
 
 ``evaluate(env, policy)`` accepts such a function (sync or async) directly. Returning ``None``
-ends the episode; a ``(name, input)`` tuple works as well as a ``ToolCall``.
+ends the episode; a ``(name, input)`` tuple works as well as a ``ToolCall``. Each step (the
+policy's decision and the call it makes) is one block of the agent stream.
 """
 
 from __future__ import annotations
@@ -90,13 +91,14 @@ class PolicyAgent:
                 tools=tools,
                 history=tuple(episode.steps),
             )
-            action = self.policy(observation)
-            if inspect.isawaitable(action):
-                action = await action
-            if action is None:
-                return
-            call = _tool_call(action)
-            await episode.call(call.name, call.input)
+            with episode.block(f"step {observation.step + 1}", block_type="step"):
+                action = self.policy(observation)
+                if inspect.isawaitable(action):
+                    action = await action
+                if action is None:
+                    return
+                call = _tool_call(action)
+                await episode.call(call.name, call.input)
 
 
 def as_agent(agent: Agent | Policy) -> Agent:

@@ -13,17 +13,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx2
+import pandas as pd
 import pytest
 
 import ors_lab as ol
-from ors_lab.agents.events import AGENT_EVENT_TYPES, AgentEvent
-from ors_lab.evaluation.result import EpisodeRecord
-from ors_lab.recording.recorder import read_part
+from ors_lab.events import AGENT_KINDS, AgentEvent
+from ors_lab.recording.parts import read_part
 from tests.envs.common import EXPECTED, LAB_TASKS
-from tests.llm_server import API_KEY, MODEL, LLMServer, Streamed
+from tests.llm_server import API_KEY, CACHED_TOKENS, MODEL, PROMPT_TOKENS, LLMServer, Streamed, usage_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN = LAB_TASKS["train"]
@@ -57,7 +58,7 @@ def agent_events(trace: ol.Trace, session_id: str) -> list[dict[str, Any]]:
     return [
         {"type": "episode", "record": json.loads(r["data"])} if r["kind"] == "episode" else json.loads(r["data"])
         for r in agent_rows(trace, session_id)
-        if r["kind"] in AGENT_EVENT_TYPES
+        if r["kind"] in AGENT_KINDS
     ]
 
 
@@ -77,7 +78,20 @@ def deltas(events: list[dict[str, Any]], kind: str, field: str = "delta") -> lis
     return [e[field] for e in events if e.get("type") == kind]
 
 
-def comparable(record: EpisodeRecord) -> tuple[Any, ...]:
+def records(result: ol.EvalResult) -> list[Any]:
+    """Each episode of a result as one object: its row of `episodes` (NA as None), with `steps`, its rows of `steps`."""
+    steps = result.steps
+    out = []
+    for row in result.episodes.to_dict("records"):
+        mine = steps[steps["session_id"] == row["session_id"]].to_dict("records")
+        fields = {str(k): None if pd.isna(v) else v for k, v in row.items()}
+        fields["steps"] = tuple(SimpleNamespace(**{str(k): None if pd.isna(v) else v for k, v in s.items()})
+                                for s in mine)  # fmt: skip
+        out.append(SimpleNamespace(**fields))
+    return out
+
+
+def comparable(record: Any) -> tuple[Any, ...]:
     """What two runs of one episode must agree on (not session ids, times or durations)."""
     steps = tuple((s.step, s.tool, s.input, s.ok, s.reward, s.finished, s.error) for s in record.steps)
     return (record.task_index, record.rollout, record.reward, record.finished, record.finish_reason,
@@ -143,13 +157,13 @@ def recorded(reference_server: Any, tmp_path_factory: pytest.TempPathFactory) ->
 def test_rewards_are_the_environments(reference_server: Any, llm: LLMServer, tmp_path: Path) -> None:
     """A live run with record=PATH gives each task the reward EXPECTED defines for the model's answer."""
     result = evaluate(reference_server.url, agent(llm.url), record=tmp_path / "llm.parquet")
-    assert [(r.task_index, r.error) for r in result.records] == [(0, None), (1, None), (2, None)]
-    for record, task in zip(result.records, TRAIN, strict=True):
+    assert [(r.task_index, r.error) for r in records(result)] == [(0, None), (1, None), (2, None)]
+    for record, task in zip(records(result), TRAIN, strict=True):
         answer = ANSWERS[task["question"]]
         assert record.reward == EXPECTED[("train", record.task_index, answer)]
         assert (record.finished, record.finish_reason) == (True, "stop")
         assert [(s.tool, json.loads(s.input)) for s in record.steps] == [("submit", {"answer": answer})]
-    assert sorted(r.reward for r in result.records) == [0.0, 1.0, 1.0]
+    assert sorted(r.reward for r in records(result)) == [0.0, 1.0, 1.0]
     assert ol.load_trace(tmp_path / "llm.parquet").episodes["total_reward"].sort_values().tolist() == [0.0, 1.0, 1.0]
 
 
@@ -176,7 +190,7 @@ def test_requests_are_what_a_provider_expects(reference_server: Any, llm: LLMSer
 def test_a_wrong_key_is_an_episode_error(ors_sdk_server: Any, llm: LLMServer) -> None:
     """A key the provider refuses (401) fails each episode with AuthenticationError; the run still ends."""
     result = evaluate(ors_sdk_server.url, ol.OpenAIAgent(MODEL, base_url=llm.url + "/v1", api_key="sk-wrong"))
-    assert [(r.error_type, r.finish_reason, r.reward) for r in result.records] == [
+    assert [(r.error_type, r.finish_reason, r.reward) for r in records(result)] == [
         ("AuthenticationError", "error", 0.0)
     ] * len(TRAIN)
 
@@ -187,24 +201,30 @@ def test_a_wrong_key_is_an_episode_error(ors_sdk_server: Any, llm: LLMServer) ->
 def test_agent_events_follow_the_stream_vocabulary(recorded: Recorded) -> None:
     """Per episode: start, reasoning, text and tool-input parts, the call, reward, finish and episode, in order."""
     trace = recorded.trace
-    for record in recorded.result.records:
+    for record in records(recorded.result):
         events = agent_events(trace, record.session_id)
         assert shape(events) == [
             "start",
+            "block-start",
             "reasoning-start", "reasoning-delta+", "reasoning-end",
             "text-start", "text-delta+", "text-end",
-            "tool-input-start", "tool-input-delta+", "tool-input-end",
+            "tool-input-start", "tool-input-delta+", "tool-input-end", "usage",
             "tool-input-available", "tool-output-available", "reward",
-            "finish", "episode",
+            "block-end",
+            "finish", "usage", "episode",
         ]  # fmt: skip
         assert events[0] == {"type": "start", "messageId": record.session_id}
-        assert events[-2] == {"type": "finish", "finishReason": "stop"}
+        block = events[1]
+        assert block == {"type": "block-start", "blockId": block["blockId"], "blockName": "turn 1",
+                         "blockType": "turn", "display": "stream", "thread": "main"}  # fmt: skip
+        assert next(e for e in events if e["type"] == "block-end") == {"type": "block-end", "blockId": block["blockId"]}
+        assert events[-3] == {"type": "finish", "finishReason": "stop"}
 
 
 def test_agent_deltas_are_what_the_model_streamed(recorded: Recorded) -> None:
     """Reasoning, text and tool-input deltas are the model's pieces, one event each; ids tie each part together."""
     trace = recorded.trace
-    for record in recorded.result.records:
+    for record in records(recorded.result):
         question = TRAIN[record.task_index]["question"]
         streamed = stream_for(recorded.llm, question)
         events = agent_events(trace, record.session_id)
@@ -233,12 +253,38 @@ def test_agent_deltas_are_what_the_model_streamed(recorded: Recorded) -> None:
 def test_subscribers_see_what_the_trace_holds(recorded: Recorded) -> None:
     """The events handed to `subscribe` are the trace's agent events, in the same order."""
     trace = recorded.trace
-    for record in recorded.result.records:
+    for record in records(recorded.result):
         live = [e.to_wire() for e in recorded.live_events if e.session_id == record.session_id]
         stored = agent_events(trace, record.session_id)
         assert [e for e in live if e["type"] != "episode"] == [e for e in stored if e["type"] != "episode"]
-        assert live[-1] == {"type": "episode", "reward": record.reward, "finished": True}
-        assert EpisodeRecord.from_json(json.dumps(stored[-1]["record"])) == record
+        assert (live[-1]["type"], live[-1]["reward"], live[-1]["finished"]) == ("episode", record.reward, True)
+        kept = stored[-1]["record"]
+        assert (kept["session_id"], kept["reward"], kept["steps"], kept["finish_reason"]) == (
+            record.session_id, record.reward, len(record.steps), "stop")  # fmt: skip
+
+
+def test_usage_is_reported_per_call_and_per_episode(recorded: Recorded) -> None:
+    """Each completion's tokens (asked for in its request) are a usage event; the episode's totals follow
+    its finish and are the episodes' and tasks' token columns, live and in the trace."""
+    assert all(seen.body["stream_options"] == {"include_usage": True} for seen in recorded.llm.requests)
+    trace = recorded.trace
+    for record in records(recorded.result):
+        usage = usage_of(stream_for(recorded.llm, TRAIN[record.task_index]["question"]))
+        reasoning = usage["completion_tokens_details"]["reasoning_tokens"]
+        totals = {"inputTokens": PROMPT_TOKENS, "outputTokens": usage["completion_tokens"],
+                  "reasoningTokens": reasoning, "cachedInputTokens": CACHED_TOKENS}  # fmt: skip
+        events = agent_events(trace, record.session_id)
+        per_call, per_episode = [e for e in events if e["type"] == "usage"]
+        assert per_call == {"type": "usage", **totals, "scope": "call", "model": MODEL}
+        assert per_episode == {"type": "usage", **totals, "scope": "episode"}
+        assert (record.input_tokens, record.output_tokens, record.reasoning_tokens, record.cached_tokens) == (
+            PROMPT_TOKENS, usage["completion_tokens"], reasoning, CACHED_TOKENS)  # fmt: skip
+    tasks = recorded.result.tasks
+    assert tasks["input_tokens"].tolist() == [PROMPT_TOKENS] * len(TRAIN)
+    assert recorded.result.summary()["cached_tokens"].tolist() == [CACHED_TOKENS * len(TRAIN)]
+    stored = trace.episodes.set_index("session_id")
+    live = recorded.result.episodes.set_index("session_id")
+    assert stored.loc[live.index, ["input_tokens", "output_tokens"]].equals(live[["input_tokens", "output_tokens"]])
 
 
 # -- the LLM traffic in the trace ------------------------------------------------------------------------
@@ -247,7 +293,7 @@ def test_subscribers_see_what_the_trace_holds(recorded: Recorded) -> None:
 def test_llm_traffic_is_in_the_same_trace(recorded: Recorded) -> None:
     """Each episode's chat completion is recorded as agent-layer request, response, chunk and event rows."""
     trace = recorded.trace
-    for record in recorded.result.records:
+    for record in records(recorded.result):
         rows = [r for r in agent_rows(trace, record.session_id) if r["kind"] in WIRE_KINDS]
         kinds = [r["kind"] for r in rows]
         assert kinds[:2] == ["request", "response"]
@@ -264,7 +310,8 @@ def test_llm_traffic_is_in_the_same_trace(recorded: Recorded) -> None:
         assert data[-1] == "[DONE]"
         chunks = [json.loads(d) for d in data[:-1]]
         assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
-        assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+        assert [c for c in chunks if c["choices"]][-1]["choices"][0]["finish_reason"] == "tool_calls"
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["prompt_tokens"] == PROMPT_TOKENS
         assert sum(r["size"] for r in rows if r["kind"] == "chunk") > 0
 
 
@@ -307,9 +354,9 @@ def test_replay_is_the_live_run_offline(recorded: Recorded) -> None:
     with pytest.raises(httpx2.ConnectError):  # the model is gone: nothing below can have reached it
         httpx2.post(recorded.llm.url + "/v1/chat/completions", json={})
     result, events = replay(recorded, agent(recorded.llm.url, transport=transport))
-    assert [comparable(r) for r in result.records] == [comparable(r) for r in recorded.result.records]
+    assert [comparable(r) for r in records(result)] == [comparable(r) for r in records(recorded.result)]
     assert transport.unplayed() == []
-    for live, again in zip(recorded.result.records, result.records, strict=True):
+    for live, again in zip(records(recorded.result), records(result), strict=True):
         said_live = agent_said(recorded.live_events, live.session_id)
         said_again = agent_said(events, again.session_id)
         assert said_again == said_live
@@ -334,7 +381,7 @@ def test_a_changed_request_fails_the_replay_by_name(recorded: Recorded, options:
     events: list[AgentEvent] = []
     with ol.ReplayServer(recorded.path, speed=0) as server:
         result = evaluate(server.url, the_agent, subscribe=events.append)
-    for record in result.records:
+    for record in records(result):
         assert (record.error_type, record.finish_reason, record.reward, record.steps) == (
             "ReplayMismatchError", "error", 0.0, ()
         )  # fmt: skip
@@ -343,8 +390,10 @@ def test_a_changed_request_fails_the_replay_by_name(recorded: Recorded, options:
         assert f"what differs: {differs}" in record.error
         assert str(recorded.path) in record.error
         assert "to record again" in record.error
-    errors = [e.payload for e in events if e.type == "error"]
-    assert [e["errorType"] for e in errors] == ["ReplayMismatchError"] * len(TRAIN)
+    errors = [e.to_wire() for e in events if e.type == "error"]
+    assert [(e["errorType"], e["source"], e["code"]) for e in errors] == [
+        ("provider_error", "provider", "ReplayMismatchError")
+    ] * len(TRAIN)
 
 
 def test_a_record_path_run_replays_offline(ors_sdk_server: Any, llm: LLMServer, tmp_path: Path) -> None:
@@ -353,7 +402,7 @@ def test_a_record_path_run_replays_offline(ors_sdk_server: Any, llm: LLMServer, 
     live = evaluate(ors_sdk_server.url, agent(llm.url), record=path)
     with ol.ReplayServer(path, speed=0) as server:
         again = evaluate(server.url, agent(llm.url, transport=ol.AgentReplayTransport(path)))
-    assert [comparable(r) for r in again.records] == [comparable(r) for r in live.records]
+    assert [comparable(r) for r in records(again)] == [comparable(r) for r in records(live)]
 
 
 RECORD_ONE_TASK = """
@@ -376,7 +425,7 @@ def test_a_trace_of_two_recording_runs_replays(ors_sdk_server: Any, llm: LLMServ
     transport = ol.AgentReplayTransport(trace)
     with ol.ReplayServer(trace, speed=0) as server:
         result = evaluate(server.url, agent(llm.url, transport=transport), tasks=1)
-    [record] = result.records
+    [record] = records(result)
     assert (record.error, record.reward, record.finished) == (None, 1.0, True)
     assert len(transport.unplayed()) == 0
 
@@ -389,13 +438,14 @@ def test_an_answer_without_a_tool_call_ends_the_episode(ors_sdk_server: Any, tmp
     with LLMServer(ANSWERS, mode="text") as llm:
         result = evaluate(ors_sdk_server.url, agent(llm.url), record=tmp_path / "text.parquet")
     trace = ol.load_trace(tmp_path / "text.parquet")
-    for record in result.records:
+    for record in records(result):
         assert (record.finish_reason, record.finished, record.error, record.steps, record.reward) == (
             "stop", False, None, (), 0.0
         )  # fmt: skip
         events = agent_events(trace, record.session_id)
-        assert shape(events) == ["start", "reasoning-start", "reasoning-delta+", "reasoning-end",
-                                 "text-start", "text-delta+", "text-end", "finish", "episode"]  # fmt: skip
+        assert shape(events) == ["start", "block-start", "reasoning-start", "reasoning-delta+", "reasoning-end",
+                                 "text-start", "text-delta+", "text-end", "usage", "block-end", "finish", "usage",
+                                 "episode"]  # fmt: skip
         streamed = stream_for(llm, TRAIN[record.task_index]["question"])
         assert "".join(deltas(events, "text-delta")) == "".join(streamed.text)
     assert len(llm.requests) == len(TRAIN)
@@ -405,7 +455,7 @@ def test_malformed_tool_arguments_go_back_to_the_model(ors_sdk_server: Any, tmp_
     """Arguments that are not JSON: a tool-output-error event and an error tool message, then the model goes on."""
     with LLMServer(ANSWERS, modes={FIRST: "malformed"}) as llm:
         result = evaluate(ors_sdk_server.url, agent(llm.url), record=tmp_path / "bad.parquet")
-    bad, *good = result.records
+    bad, *good = records(result)
     assert (bad.error, bad.finished, bad.finish_reason, bad.steps) == (None, False, "stop", ())
     assert [(r.error, r.finished, r.reward) for r in good] == [(None, True, 1.0), (None, True, 0.0)]
 
@@ -429,18 +479,22 @@ def test_malformed_tool_arguments_go_back_to_the_model(ors_sdk_server: Any, tmp_
 
 
 @pytest.mark.parametrize(
-    ("status", "retries", "error_type"),
-    [(500, 0, "InternalServerError"), (429, 2, "RateLimitError")],
-    ids=["500", "429-after-retries"],
+    ("status", "retries", "error_type", "seed_type"),
+    [
+        (500, 0, "InternalServerError", "provider_error"),
+        (429, 2, "RateLimitError", "rate_limit_error"),
+        (503, 0, "InternalServerError", "provider_overloaded"),
+    ],
+    ids=["500", "429-after-retries", "503"],
 )
 def test_an_llm_http_error_fails_only_its_episode(
-    ors_sdk_server: Any, tmp_path: Path, status: int, retries: int, error_type: str
+    ors_sdk_server: Any, tmp_path: Path, status: int, retries: int, error_type: str, seed_type: str
 ) -> None:
     """An HTTP error the SDK gives up on fails that episode with the error; the other episodes run to the end."""
     path = tmp_path / "error.parquet"
     with LLMServer(ANSWERS, modes={FIRST: "error"}, error_status=status) as llm:
         result = evaluate(ors_sdk_server.url, agent(llm.url, max_retries=retries), record=path)
-    failed, *good = result.records
+    failed, *good = records(result)
     assert (failed.error_type, failed.finish_reason, failed.reward, failed.steps) == (error_type, "error", 0.0, ())
     assert failed.error is not None and f"scripted failure ({status})" in failed.error
     assert [(r.error, r.reward) for r in good] == [(None, 1.0), (None, 0.0)]
@@ -449,7 +503,8 @@ def test_an_llm_http_error_fails_only_its_episode(
     assert [r["status"] for r in rows if r["kind"] == "response"] == [status] * (retries + 1)
     assert len({r["exchange"] for r in rows if r["kind"] == "request"}) == retries + 1
     [error] = [json.loads(r["data"]) for r in rows if r["kind"] == "error"]
-    assert (error["errorType"], error["source"]) == (error_type, "agent")
+    assert (error["errorType"], error["source"], error["code"]) == (seed_type, "provider", error_type)
+    assert error["retryable"] is (status in (429, 503))
 
 
 def test_a_cut_stream_fails_again_in_replay(ors_sdk_server: Any, tmp_path: Path) -> None:
@@ -458,7 +513,7 @@ def test_a_cut_stream_fails_again_in_replay(ors_sdk_server: Any, tmp_path: Path)
     live_events: list[AgentEvent] = []
     with LLMServer(ANSWERS, modes={FIRST: "cut"}) as llm:
         live = evaluate(ors_sdk_server.url, agent(llm.url, max_retries=0), record=path, subscribe=live_events.append)
-    assert live.records[0].error_type == "APIConnectionError"
+    assert records(live)[0].error_type == "APIConnectionError"
     trace = ol.load_trace(path)
     assert any(r["kind"] == "disconnect" and r["layer"] == "agent" for r in trace.table.to_pylist())
 
@@ -466,9 +521,9 @@ def test_a_cut_stream_fails_again_in_replay(ors_sdk_server: Any, tmp_path: Path)
     with ol.ReplayServer(trace, speed=0) as server:
         the_agent = agent(llm.url, max_retries=0, transport=ol.AgentReplayTransport(trace))
         again = evaluate(server.url, the_agent, subscribe=events.append)
-    assert [comparable(r) for r in again.records] == [comparable(r) for r in live.records]
-    said = agent_said(events, again.records[0].session_id)
-    assert said == agent_said(live_events, live.records[0].session_id)
+    assert [comparable(r) for r in records(again)] == [comparable(r) for r in records(live)]
+    said = agent_said(events, records(again)[0].session_id)
+    assert said == agent_said(live_events, records(live)[0].session_id)
     assert 0 < len(deltas(said, "reasoning-delta")) < len(stream_for(llm, FIRST).reasoning)
 
 
@@ -487,7 +542,7 @@ async def test_a_given_transport_is_left_open(ors_sdk_server: Any, llm: LLMServe
         async with ol.AsyncClient(ors_sdk_server.url) as client:
             result = await ol.aevaluate(client.environment("lab"), agent(llm.url, transport=transport),
                                         split="train", concurrency=3, progress=False)  # fmt: skip
-        assert [r.reward for r in result.records] == [1.0, 1.0, 0.0]
+        assert [r.reward for r in records(result)] == [1.0, 1.0, 0.0]
         assert transport.closes == 0
     finally:
         await transport.aclose()
