@@ -44,7 +44,9 @@ client, the agent and the other subscribers go on. Subscribers can be added and 
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -94,6 +96,7 @@ __all__ = [
     "ToolOutputErrorEvent",
     "UsageEvent",
     "WireEvent",
+    "compact_json",
     "wall_ns",
     "wall_time",
 ]
@@ -119,6 +122,24 @@ def wall_time(t_ns: int) -> float:
 
 def _clock() -> int:
     return time.monotonic_ns()
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+_str = json.encoder.encode_basestring  # C: a string as JSON, not ASCII-escaped
+
+
+def compact_json(value: Any) -> str:
+    """``value`` as compact JSON text (``{"a":1}``, UTF-8, not ASCII-escaped), as traces and feeds hold it."""
+    return _ENCODER.encode(value)
+
+
+def _num(value: float | int | bool) -> str:
+    """A number (or bool) as ``compact_json`` writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return _ENCODER.encode(value)
+    return repr(value)
 
 
 # -- the events ----------------------------------------------------------------------------------
@@ -297,6 +318,14 @@ class AgentEvent(Event):
         """The event as an agent platform streams it: ``{"type": ..., ...}``."""
         return {"type": self.kind}
 
+    def to_json(self) -> str:
+        """``to_wire()`` as compact JSON text (what a trace's ``data`` and a live feed hold).
+
+        The frequent kinds write it straight from their fields, several times faster than
+        encoding the dict; ``compact_json(event.to_wire())`` is always the same text.
+        """
+        return _ENCODER.encode(self.to_wire())
+
 
 @dataclass(slots=True, kw_only=True)
 class StartEvent(AgentEvent):
@@ -310,6 +339,9 @@ class StartEvent(AgentEvent):
 
     def to_wire(self) -> dict[str, Any]:
         return {"type": self.kind, "messageId": self.message_id}
+
+    def to_json(self) -> str:
+        return '{"type":"start","messageId":' + _str(self.message_id) + "}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -327,6 +359,11 @@ class BlockStartEvent(AgentEvent):
         return {"type": self.kind, "blockId": self.block_id, "blockName": self.block_name,
                 "blockType": self.block_type, "display": self.display, "thread": self.thread}  # fmt: skip
 
+    def to_json(self) -> str:
+        return (f'{{"type":"block-start","blockId":{_str(self.block_id)},"blockName":{_str(self.block_name)},'
+                f'"blockType":{_str(self.block_type)},"display":{_str(self.display)},'
+                f'"thread":{_str(self.thread)}}}')  # fmt: skip
+
 
 @dataclass(slots=True, kw_only=True)
 class BlockEndEvent(AgentEvent):
@@ -342,6 +379,10 @@ class BlockEndEvent(AgentEvent):
             wire["summary"] = self.summary
         return wire
 
+    def to_json(self) -> str:
+        summary = "" if self.summary is None else ',"summary":' + _str(self.summary)
+        return '{"type":"block-end","blockId":' + _str(self.block_id) + summary + "}"
+
 
 @dataclass(slots=True, kw_only=True)
 class _PartEvent(AgentEvent):
@@ -349,6 +390,9 @@ class _PartEvent(AgentEvent):
 
     def to_wire(self) -> dict[str, Any]:
         return {"type": self.kind, "id": self.id}
+
+    def to_json(self) -> str:
+        return '{"type":"' + self.kind + '","id":' + _str(self.id) + "}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -358,6 +402,9 @@ class _DeltaEvent(AgentEvent):
 
     def to_wire(self) -> dict[str, Any]:
         return {"type": self.kind, "id": self.id, "delta": self.delta}
+
+    def to_json(self) -> str:
+        return '{"type":"' + self.kind + '","id":' + _str(self.id) + ',"delta":' + _str(self.delta) + "}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -417,6 +464,11 @@ class ToolInputStartEvent(AgentEvent):
             wire["title"] = self.title
         return wire
 
+    def to_json(self) -> str:
+        title = "" if self.title is None else ',"title":' + _str(self.title)
+        return ('{"type":"tool-input-start","toolCallId":' + _str(self.tool_call_id) + ',"toolName":'
+                + _str(self.tool_name) + title + "}")  # fmt: skip
+
 
 @dataclass(slots=True, kw_only=True)
 class ToolInputDeltaEvent(AgentEvent):
@@ -429,6 +481,10 @@ class ToolInputDeltaEvent(AgentEvent):
     def to_wire(self) -> dict[str, Any]:
         return {"type": self.kind, "toolCallId": self.tool_call_id, "inputTextDelta": self.input_text_delta}
 
+    def to_json(self) -> str:
+        return ('{"type":"tool-input-delta","toolCallId":' + _str(self.tool_call_id) + ',"inputTextDelta":'
+                + _str(self.input_text_delta) + "}")  # fmt: skip
+
 
 @dataclass(slots=True, kw_only=True)
 class ToolInputEndEvent(AgentEvent):
@@ -439,6 +495,9 @@ class ToolInputEndEvent(AgentEvent):
 
     def to_wire(self) -> dict[str, Any]:
         return {"type": self.kind, "toolCallId": self.tool_call_id}
+
+    def to_json(self) -> str:
+        return '{"type":"tool-input-end","toolCallId":' + _str(self.tool_call_id) + "}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -452,6 +511,10 @@ class ToolInputAvailableEvent(AgentEvent):
 
     def to_wire(self) -> dict[str, Any]:
         return {"type": self.kind, "toolCallId": self.tool_call_id, "toolName": self.tool_name, "input": self.input}
+
+    def to_json(self) -> str:
+        return ('{"type":"tool-input-available","toolCallId":' + _str(self.tool_call_id) + ',"toolName":'
+                + _str(self.tool_name) + ',"input":' + _ENCODER.encode(self.input) + "}")  # fmt: skip
 
 
 @dataclass(slots=True, kw_only=True)
@@ -501,6 +564,10 @@ class RewardEvent(_CallOutcomeEvent):
     def to_wire(self) -> dict[str, Any]:
         return {"type": self.kind, "toolCallId": self.tool_call_id, "reward": self.reward, "finished": self.finished}
 
+    def to_json(self) -> str:
+        return ('{"type":"reward","toolCallId":' + _str(self.tool_call_id) + ',"reward":' + _num(self.reward)
+                + ',"finished":' + _num(self.finished) + "}")  # fmt: skip
+
 
 USAGE_SCOPES = ("call", "episode")
 
@@ -540,6 +607,9 @@ class FinishEvent(AgentEvent):
 
     def to_wire(self) -> dict[str, Any]:
         return {"type": self.kind, "finishReason": self.finish_reason}
+
+    def to_json(self) -> str:
+        return '{"type":"finish","finishReason":' + _str(self.finish_reason) + "}"
 
 
 ERROR_TYPES = ("rate_limit_error", "authentication_error", "provider_error", "provider_overloaded", "tool_error",

@@ -66,9 +66,32 @@ def test_every_trace_kind_has_one_event_type() -> None:
     ids=lambda value: getattr(value, "kind", ""),
 )  # fmt: skip
 def test_agent_events_are_the_seeds_json(event: ev.AgentEvent, wire: dict[str, Any]) -> None:
-    """`to_wire()` gives the event as the seed writes it: its type and camel-case fields."""
+    """`to_wire()` gives the event as the seed writes it: its type and camel-case fields; `to_json()` its JSON text."""
     assert event.to_wire() == wire
     assert event.type == event.kind == wire["type"] and event.layer == "agent"
+    assert event.to_json() == ev.compact_json(wire)
+
+
+TRICKY = ['quote " and \\ backslash', "line\nbreak\ttab", "café ü € 😀", "", "\u2028 and \x00"]
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_the_fast_json_of_every_event_is_the_encoders(text: str) -> None:
+    """Every agent event's `to_json()` is exactly `compact_json(to_wire())`, whatever its strings and numbers hold."""
+    made = [
+        ev.StartEvent(message_id=text), ev.BlockStartEvent(block_id=text, block_name=text, block_type=text),
+        ev.BlockEndEvent(block_id=text), ev.BlockEndEvent(block_id="b", summary=text), ev.TextStartEvent(id=text),
+        ev.TextDeltaEvent(id=text, delta=text), ev.ReasoningDeltaEvent(id="r", delta=text),
+        ev.ToolInputStartEvent(tool_call_id=text, tool_name=text, title=text),
+        ev.ToolInputDeltaEvent(tool_call_id=text, input_text_delta=text), ev.ToolInputEndEvent(tool_call_id=text),
+        ev.ToolInputAvailableEvent(tool_call_id=text, tool_name=text, input={text: [text, 1.5, None]}),
+        ev.RewardEvent(tool_call_id=text, reward=0.1, finished=True), ev.RewardEvent(tool_call_id="c", reward=1,
+                                                                                    finished=False),
+        ev.RewardEvent(tool_call_id="c", reward=float("nan"), finished=False), ev.FinishEvent(finish_reason=text),
+        ev.ToolOutputAvailableEvent(tool_call_id=text, output={"text": text}), ev.UsageEvent(model=text),
+    ]  # fmt: skip
+    for event in made:
+        assert event.to_json() == ev.compact_json(event.to_wire()), event
 
 
 def test_error_types_are_the_seeds() -> None:
