@@ -70,6 +70,7 @@ from ors_lab.recording.parts import parts_dir
 from ors_lab.recording.recorder import Recorder
 from ors_lab.recording.redact import Redactor
 from ors_lab.recording.rows import Rows
+from ors_lab.recording.schema import SCHEMA
 
 __all__ = ["aevaluate", "evaluate"]
 
@@ -114,9 +115,10 @@ async def aevaluate(
     runner = as_agent(agent)
     events = EventStream(parent=aenv.events)
     run_env = AsyncEnvironment(aenv.client, aenv.name, events=events)
-    rows = _ResultRows()
-    subscriptions = [events.subscribe(rows, kinds=ANALYSIS_KINDS)]
     recorder, own_recorder, done, resumed_rows = _open_recorder(record, resume, aenv.name, split)
+    # the result's rows: taken from the tables the recorder writes, else made here
+    rows: _RecordedRows | _ResultRows = _RecordedRows(recorder) if recorder is not None else _ResultRows()
+    subscriptions = [events.subscribe(rows, kinds=rows.KINDS)]
     meter: TextProgress | None = None
     workers: list[asyncio.Task[None]] = []
     started = time.monotonic()
@@ -154,11 +156,11 @@ async def aevaluate(
             subscription.close()
         if meter is not None:
             meter.close()
-        if own_recorder and recorder is not None:
-            await asyncio.to_thread(recorder.close)
+        if recorder is not None:  # every row of the run written, and handed to its reader
+            await asyncio.to_thread(recorder.close if own_recorder else recorder.flush)
     table = rows.table()
     if resumed_rows is not None:
-        table = pa.concat_tables([_of_sessions(resumed_rows, set(resumed)), table])
+        table = pa.concat_tables([_slim(_of_sessions(resumed_rows, set(resumed))), table])
     return EvalResult(
         table,
         environment=aenv.name,
@@ -219,11 +221,58 @@ def evaluate(
         runner.close()
 
 
+UNREAD = ("method", "url", "status", "headers", "body", "event", "sse_id", "retry_ms", "comment")
+"""The columns no frame reads: a result keeps them null (they hold most of a request row's bytes)."""
+
+
+def _slim(table: pa.Table) -> pa.Table:
+    for name in UNREAD:
+        index = table.schema.get_field_index(name)
+        field = table.schema.field(index)
+        table = table.set_column(index, field, pa.nulls(table.num_rows, field.type))
+    return table
+
+
+class _RecordedRows:
+    """The rows of a recorded run its result is built from: those of its sessions, from each table of
+    rows the recorder writes (``ANALYSIS_KINDS``, requests of tool calls only, without the columns
+    no frame reads). Subscribed to the run's ``start`` events, which name its sessions."""
+
+    KINDS = ("start",)
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._sessions: set[str | None] = set()
+        self._tables: list[pa.Table] = []
+        self._stop = recorder.watch(self._take)
+
+    def __call__(self, event: Event) -> None:
+        self._sessions.add(event.session_id)
+
+    def _take(self, table: pa.Table) -> None:
+        present = set(pc.unique(table["session_id"]).to_pylist())
+        mine = _of_sessions(table, present & self._sessions)  # the part's sessions: a small set to look up
+        requests = pc.equal(mine["kind"], "request")
+        self._tables.append(_slim(mine.filter(pc.or_(pc.invert(requests), pc.is_valid(mine["call"])))))
+
+    def table(self) -> pa.Table:
+        self._stop()
+        return pa.concat_tables(self._tables) if self._tables else SCHEMA.empty_table()
+
+
 class _ResultRows:
-    """The run's rows its result is built from (``ANALYSIS_KINDS``; requests of tool calls only)."""
+    """The rows of a run that records no trace, its result is built from (``ANALYSIS_KINDS``;
+    requests of tool calls only).
+
+    Every ``BATCH`` rows they are converted to Arrow, without the columns no frame reads, so what a
+    long run keeps grows by a few hundred bytes an episode.
+    """
+
+    BATCH = 8_192
+    KINDS = ANALYSIS_KINDS
 
     def __init__(self) -> None:
         self._rows = Rows(Redactor(), run_id="result", t0_ns=time.monotonic_ns())
+        self._tables: list[pa.Table] = []
         self._lock = threading.Lock()
 
     def __call__(self, event: Event) -> None:
@@ -231,17 +280,20 @@ class _ResultRows:
             return
         with self._lock:
             self._rows.add(event)
+            if self._rows.waiting >= self.BATCH:
+                self._tables.append(_slim(self._rows.table()))
 
     def table(self) -> pa.Table:
         with self._lock:
-            return self._rows.table()
+            tables = [*self._tables, _slim(self._rows.table())]
+        return pa.concat_tables(tables)
 
 
-def _of_sessions(table: pa.Table, sessions: set[str]) -> pa.Table:
-    """The rows of ``sessions`` in a loaded trace that the result is built from."""
+def _of_sessions(table: pa.Table, sessions: set[str | None]) -> pa.Table:
+    """The rows of ``sessions`` in a table of trace rows that the result is built from."""
     mask = pc.and_(
-        pc.is_in(table["session_id"], value_set=pa.array(sorted(sessions), pa.string())),
         pc.is_in(table["kind"], value_set=pa.array(ANALYSIS_KINDS, pa.string())),
+        pc.is_in(table["session_id"], value_set=pa.array([s for s in sessions if s is not None], pa.string())),
     )
     return table.filter(mask)
 

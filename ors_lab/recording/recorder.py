@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn, Self
@@ -61,7 +62,15 @@ from ors_lab.version import __version__
 
 __all__ = ["Recorder"]
 
+log = logging.getLogger("ors_lab.recording")
+
 COMPACT_ROWS = 16_384
+DICTIONARY_COLUMNS = [
+    "run_id", "layer", "kind", "session_id", "environment", "split", "task", "tool", "input", "method", "url",
+    "headers", "event", "reason",
+]  # fmt: skip
+"""The columns compaction dictionary-encodes: those whose values repeat (the others would only pay for a
+dictionary they overflow). Measured on evaluation traces: a quarter smaller, and cheaper to write."""
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(use_threads=False)  # no pool threads taking the cores from the client
 
 
@@ -119,6 +128,7 @@ class Recorder:
         self._closed = False
         self._error: BaseException | None = None
         self._part_index = first_part
+        self._readers: tuple[Callable[[pa.Table], object], ...] = ()
         self._writer = threading.Thread(target=self._run_writer, name="ors-lab-recorder", daemon=True)
         self._writer.start()
 
@@ -180,6 +190,31 @@ class Recorder:
         while self._rows.waiting >= 2 * self._part_rows and self._error is None and not self._closing:
             self._cond.wait(0.1)
 
+    def watch(self, reader: Callable[[pa.Table], object]) -> Callable[[], None]:
+        """Call ``reader`` with every table of rows the writer writes from now on, in the writer thread,
+        once its part is on disk (``flush()`` or ``close()`` makes the writer write what is waiting).
+
+        An evaluation reads its result's rows so, with no second conversion of its events. Returns
+        the function that stops it. A reader that raises is dropped and logged; the recording goes on.
+        """
+        with self._lock:
+            self._readers = (*self._readers, reader)
+
+        def stop() -> None:
+            with self._lock:
+                self._readers = tuple(r for r in self._readers if r is not reader)
+
+        return stop
+
+    def _hand_over(self, table: pa.Table) -> None:
+        for reader in self._readers:
+            try:
+                reader(table)
+            except Exception:
+                log.exception("ors_lab: a reader of %r raised and was dropped", self)
+                with self._lock:
+                    self._readers = tuple(r for r in self._readers if r is not reader)
+
     @property
     def servers(self) -> set[str]:
         """The origins of the URLs recorded so far (redacted)."""
@@ -226,8 +261,10 @@ class Recorder:
                     written = self._rows.next_seq
                     metadata = self._metadata(partial=True)  # the servers seen so far
                     self._cond.notify_all()  # a record waiting for room
-                if taken:
-                    self._write_part(self._rows.convert(taken), metadata)
+                if taken[1]:
+                    table = self._rows.convert(taken)
+                    self._write_part(table, metadata)
+                    self._hand_over(table)
                     last = time.monotonic()
                     with self._cond:
                         self._written_seq = written
@@ -282,7 +319,7 @@ class Recorder:
     def _compact(self) -> None:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         schema = SCHEMA.with_metadata(self._metadata(partial=False))
-        with pq.ParquetWriter(tmp, schema, compression=self.compression) as writer:
+        with pq.ParquetWriter(tmp, schema, compression=self.compression, use_dictionary=DICTIONARY_COLUMNS) as writer:
             pending: list[pa.Table] = []
             rows = 0
             for part in sorted(self.parts.glob(PART_GLOB)):

@@ -1,12 +1,14 @@
 """Events made trace rows: the one place that says which columns each kind of event fills.
 
-``Rows`` takes events (``add``) or rows written by hand (``add_row``), in order, and keeps each as
-a tuple of its kind's columns: the event's own values, its context (a session's environment, split,
-task index and task, from its ``/create`` request and its ``open`` event; a tool call's tool and
-input, from its first request), secrets redacted (``Redactor``). ``take()`` hands the rows kept so
-far over as one Arrow table of the trace schema, in ``seq`` order: each kind's tuples are converted
-by Arrow as one struct array, so no Python work is left per value. The recorder writes such tables
-as parts; an evaluation keeps them in memory for its result.
+``Rows`` takes events (``add``) and rows written by hand (``add_row``) in order, and hands them
+over as Arrow tables of the trace schema (``swap``, then ``convert``). Taking an event costs next
+to nothing: it is kept as it is, and only the few that change what later rows mean (a ``/create``
+or ``/call`` request, an ``open``, a ``close``) update the context they give: a session's
+environment, split, task index and task, from its ``/create`` request and its ``open`` event; a
+tool call's tool and input, from its first request. Converting works a column at a time: each kind
+of event's values are gathered per column and handed to Arrow whole, secrets redacted on the way
+(``Redactor``), the context joined in by Arrow, and the rows put in ``seq`` order. The recorder
+converts in its writer thread; an evaluation keeps the tables in memory for its result.
 
 A value Arrow cannot store in its column (a subscriber-published event with a reward of "high")
 is stored as null, and logged; its row and every other row are kept. ``add_row`` checks its values
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import httpx2
@@ -49,8 +53,10 @@ from ors_lab.events import (
     ToolOutputAvailableEvent,
     ToolOutputErrorEvent,
     UsageEvent,
+    WireEvent,
     wall_ns,
 )
+from ors_lab.events import compact_json as _compact
 from ors_lab.recording.redact import Redactor, is_create_url
 from ors_lab.recording.schema import KIND_LAYER, SCHEMA
 
@@ -66,13 +72,11 @@ CONTEXT = ("environment", "split", "task_index", "task")
 NO_CONTEXT: tuple[Any, ...] = (None, None, None, None)
 NO_CALL: tuple[str | None, str | None] = (None, None)
 TOKENS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens")
-TEXTS = frozenset({"data", "comment", "error", "input", "task"})
+TEXTS = ("data", "comment", "error", "input", "task")
 """The columns the user's redaction patterns are applied to (besides URLs, headers and bodies)."""
 BODIES = 1_024  # request bodies kept with what they name: a run sends the same few /create and /call bodies again
 URLS = 10_000  # redacted URLs kept: a run asks the same few
 HEADER_ITEMS = 4_096  # redacted header items kept: a client sends the same few headers again and again
-
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)  # json.dumps makes one per call
 
 
 def compact_json(value: Any) -> str | None:
@@ -80,74 +84,70 @@ def compact_json(value: Any) -> str | None:
     a string stays as it is, None stays None."""
     if value is None or isinstance(value, str):
         return value
-    return _ENCODER.encode(value)
+    return _compact(value)
 
 
-class _Kind:
-    """How the rows of one kind of event are kept: their columns, and the tuples waiting."""
-
-    __slots__ = ("columns", "index", "kind", "layer", "rows", "struct", "texts")
-
-    def __init__(self, kind: str | None, layer: str | None, columns: Iterable[str]) -> None:
-        self.kind = kind  # None: the rows hold their kind (hand-written rows)
-        self.layer = layer  # None: the rows hold their layer
-        self.columns = ("seq", "t_ns", *columns)
-        self.index = {name: i for i, name in enumerate(self.columns)}
-        self.struct = pa.struct([_FIELD[name] for name in self.columns])
-        self.texts = tuple(i for i, name in enumerate(self.columns) if name in TEXTS)
-        self.rows: list[tuple[Any, ...]] = []
+Columns = dict[str, Sequence[Any]]
+"""Column name -> the values of a group of rows (a list, or an Arrow array)."""
 
 
-_WIRE = ("layer", "session_id", *CONTEXT, "rollout", "call", "attempt", "exchange", "tool", "input")
-_CALL = ("session_id", *CONTEXT, "call", "tool", "input")
-_SESSION = ("session_id", *CONTEXT)
-_AGENT = ("session_id", *CONTEXT, "rollout", "data")
+def _attrs(events: list[Any], *names: str) -> Columns:
+    return {name: list(map(attrgetter(name), events)) for name in names}
 
-# per agent event type: the typed columns it fills besides data, and how
-_AGENT_COLUMNS: dict[type[AgentEvent], tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {
-    ToolInputStartEvent: (("tool",), lambda e: (e.tool_name,)),
-    ToolInputAvailableEvent: (("tool", "input"), lambda e: (e.tool_name, compact_json(e.input))),
-    ToolOutputAvailableEvent: (("tool", "input", "call"), lambda e: (e.tool, compact_json(e.input), e.call)),
-    ToolOutputErrorEvent: (
-        ("tool", "input", "call", "error", "reason"),
-        lambda e: (e.tool, compact_json(e.input), e.call, e.error, e.reason),
-    ),
-    RewardEvent: (
-        ("tool", "input", "call", "reward", "finished"),
-        lambda e: (e.tool, compact_json(e.input), e.call, e.reward, e.finished),
-    ),
-    FinishEvent: (("reason",), lambda e: (e.finish_reason,)),
-    ErrorEvent: (
-        ("tool", "input", "call", "error", "reason", "backoff"),
-        lambda e: (
-            e.tool,
-            compact_json(e.input),
-            e.call,
-            e.message,
-            e.error_type,
-            e.retry_after if isinstance(e.retry_after, int | float) else None,
-        ),
-    ),
-    UsageEvent: (TOKENS, lambda e: (e.input_tokens, e.output_tokens, e.reasoning_tokens, e.cached_tokens)),
-    EpisodeEvent: (
-        ("reward", "finished", "ok", "error", *TOKENS),
-        lambda e: (
-            e.reward,
-            e.finished,
-            e.error is None,
-            e.error,
-            e.input_tokens,
-            e.output_tokens,
-            e.reasoning_tokens,
-            e.cached_tokens,
-        ),
-    ),
+
+_WIRE = ("session_id", "rollout", "call", "attempt", "exchange")
+# the columns each kind of event fills from its own fields, beside those Rows works out itself
+_OWN: dict[type[Event], tuple[str, ...]] = {
+    RequestEvent: (*_WIRE, "method"),
+    ResponseEvent: (*_WIRE, "status", "ttfb_ns"),
+    ChunkEvent: (*_WIRE, "size"),
+    SSEEvent: (*_WIRE, "event", "data", "sse_id", "retry_ms"),
+    CommentEvent: (*_WIRE, "comment"),
+    DisconnectEvent: (*_WIRE, "error"),
+    RetryEvent: (*_WIRE, "reason", "backoff", "task_id"),
+    ResultEvent: ("session_id", "call", "task_id", "ok", "reward", "finished", "error", "reason"),
+    CallErrorEvent: ("session_id", "call", "task_id", "error"),
+    OpenEvent: ("session_id", "environment", "split", "task_index"),
+    PingEvent: ("session_id",),
+    CloseEvent: ("session_id",),
 }
-_NO_COLUMNS: tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]] = ((), lambda e: ())
+# per agent event type: its typed columns besides data, from its fields (tool call inputs aside)
+_AGENT: dict[type[AgentEvent], Callable[[list[Any]], Columns]] = {
+    StartEvent: lambda es: _attrs(es, "environment", "split", "task_index"),
+    ToolInputStartEvent: lambda es: {"tool": [e.tool_name for e in es]},
+    ToolInputAvailableEvent: lambda es: {"tool": [e.tool_name for e in es]},
+    ToolOutputAvailableEvent: lambda es: _attrs(es, "tool", "call"),
+    ToolOutputErrorEvent: lambda es: _attrs(es, "tool", "call", "error", "reason"),
+    RewardEvent: lambda es: _attrs(es, "tool", "call", "reward", "finished"),
+    FinishEvent: lambda es: {"reason": [e.finish_reason for e in es]},
+    ErrorEvent: lambda es: {
+        **_attrs(es, "tool", "call"),
+        "error": [e.message for e in es],
+        "reason": [e.error_type for e in es],
+        "backoff": [e.retry_after if isinstance(e.retry_after, int | float) else None for e in es],
+    },
+    UsageEvent: lambda es: _attrs(es, *TOKENS),
+    EpisodeEvent: lambda es: {
+        **_attrs(es, "environment", "split", "task_index", "reward", "finished", "error", *TOKENS),
+        "ok": [e.error is None for e in es],
+    },
+}
+_CALL_INPUT = (ToolOutputAvailableEvent, ToolOutputErrorEvent, RewardEvent, ErrorEvent)
+"""Agent events about a tool call made: their input is the call's, as its request sent it."""
+
+
+class _Raw:
+    """A row written by hand: every column's value, context filled in, checked as it was taken."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: tuple[Any, ...]) -> None:
+        self.values = values
 
 
 class Rows:
-    """Trace rows being gathered; see the module docstring. Not thread-safe: the recorder locks.
+    """Trace rows being gathered; see the module docstring. Not thread-safe for adding: the
+    recorder adds under its lock; converting may run in another thread meanwhile.
 
     ``t0_ns``: the monotonic clock at the trace's ``t_ns`` 0. ``first_seq``: the ``seq`` of the first
     row. ``servers`` collects the origins of the URLs requested (redacted).
@@ -161,35 +161,22 @@ class Rows:
         self.waiting = 0  # rows kept and not yet taken
         self.servers: set[str] = set()
         self._patterns = bool(redactor.patterns)
-        self._kinds: dict[type[Event] | str, _Kind] = {}
-        self._sessions: dict[str, tuple[Any, ...]] = {}  # session id -> its CONTEXT values
+        self._items: list[Any] = []  # events and _Raw rows, in seq order
+        self._first = first_seq  # the seq of self._items[0]
+        self._sessions: dict[str | None, tuple[Any, ...]] = {}  # session id -> its CONTEXT values (never None)
         self._calls: dict[str | None, dict[int, tuple[str | None, str | None]]] = {}  # session -> call -> tool, input
+        self._closed: deque[tuple[int, str]] = deque()  # (seq, session id) of closes: forgotten once converted
+        self._changed: dict[str | None, int] = {}  # session id -> the seq of the last row that set its context
         self._urls: dict[str, tuple[str, bool]] = {}  # URL -> redacted, is a /create
         # an httpx2 header item (raw name, lower-case name, value) -> its lower-case name, its JSON member
         self._header_items: dict[tuple[bytes, ...], tuple[str, str]] = {}
         self._bodies: dict[tuple[Any, bytes | None], tuple[Any, ...]] = {}  # (parser, request body) -> parsed
-        self._adders: dict[type[Event], Callable[[Any, int], None]] = {
+        self._hooks: dict[type, Callable[[Any], None] | None] = {
             RequestEvent: self._request,
-            ResponseEvent: self._response,
-            ChunkEvent: self._wire_adder(ChunkEvent, ("size",), lambda e: (e.size,)),
-            SSEEvent: self._wire_adder(
-                SSEEvent, ("event", "data", "sse_id", "retry_ms"), lambda e: (e.event, e.data, e.sse_id, e.retry_ms)
-            ),
-            CommentEvent: self._wire_adder(CommentEvent, ("comment",), lambda e: (e.comment,)),
-            DisconnectEvent: self._wire_adder(DisconnectEvent, ("error",), lambda e: (e.error,)),
-            RetryEvent: self._wire_adder(
-                RetryEvent, ("reason", "backoff", "task_id"), lambda e: (e.reason, e.backoff, e.task_id)
-            ),
-            ResultEvent: self._call_adder(
-                ResultEvent,
-                ("task_id", "ok", "reward", "finished", "error", "reason"),
-                lambda e: (e.task_id, e.ok, e.reward, e.finished, e.error, e.reason),
-            ),
-            CallErrorEvent: self._call_adder(CallErrorEvent, ("task_id", "error"), lambda e: (e.task_id, e.error)),
             OpenEvent: self._open,
-            PingEvent: self._session_adder(PingEvent),
-            CloseEvent: self._session_adder(CloseEvent),
+            CloseEvent: self._close,
         }
+        self._columns: dict[type, Callable[[list[Any]], Columns]] = {}
 
     def __len__(self) -> int:
         return self.waiting
@@ -198,158 +185,55 @@ class Rows:
 
     def add(self, event: Event) -> None:
         """Keep ``event`` as the next row."""
-        kind = type(event)
-        adder = self._adders.get(kind)
-        if adder is None:
-            adder = self._adder_for(kind)
-        seq = self.next_seq
-        adder(event, seq)
-        self.next_seq = seq + 1
+        try:
+            hook = self._hooks[type(event)]
+        except KeyError:
+            hook = self._hook_for(type(event))
+        if hook is not None:
+            hook(event)
+        self._items.append(event)
+        self.next_seq += 1
         self.waiting += 1
 
-    def _adder_for(self, kind: type[Event]) -> Callable[[Any, int], None]:
-        """An event type met for the first time: an agent event, or a subclass of a known event."""
-        if issubclass(kind, AgentEvent):
-            base = next((cls for cls in kind.__mro__ if cls in _AGENT_COLUMNS), None)
-            columns, values = _AGENT_COLUMNS[base] if base is not None else _NO_COLUMNS
-            adder = self._agent_adder(kind, columns, values)
-        else:
-            known = next((cls for cls in kind.__mro__ if cls in self._adders), None)
-            if known is None:
-                raise TypeError(f"{kind.__name__} is no event type of ors_lab.events, so it has no trace row")
-            adder = self._adders[known]
-        self._adders[kind] = adder
-        return adder
+    def _hook_for(self, kind: type) -> Callable[[Any], None] | None:
+        """An event type met for the first time: what its events change, if anything (subclasses as their base)."""
+        if not issubclass(kind, Event):
+            raise TypeError(f"{kind.__name__} is no event type of ors_lab.events, so it has no trace row")
+        self._columns_of(kind)  # a TypeError now, for a type no row can be made of, not when converting
+        hook = next((self._hooks[cls] for cls in kind.__mro__ if cls in self._hooks), None)
+        self._hooks[kind] = hook
+        return hook
 
-    def _kind(self, key: type[Event] | str, kind: str | None, layer: str | None, columns: Iterable[str]) -> _Kind:
-        spec = self._kinds.get(key)
-        if spec is None:
-            spec = self._kinds[key] = _Kind(kind, layer, columns)
-        return spec
-
-    def _keep(self, spec: _Kind, row: tuple[Any, ...]) -> None:
-        if self._patterns:
-            text = self.redactor.text
-            row = tuple(text(v) if i in spec.texts and isinstance(v, str) else v for i, v in enumerate(row))
-        spec.rows.append(row)
-
-    def _context(self, sid: str | None) -> tuple[Any, ...]:
-        return NO_CONTEXT if sid is None else self._sessions.get(sid, NO_CONTEXT)
-
-    def _call(self, sid: str | None, call: int | None) -> tuple[str | None, str | None]:
-        if call is None:
-            return NO_CALL
-        of_session = self._calls.get(sid)
-        return NO_CALL if of_session is None else of_session.get(call, NO_CALL)
-
-    def _wire_adder(
-        self, cls: type[Event], columns: tuple[str, ...], values: Callable[[Any], tuple[Any, ...]]
-    ) -> Callable[[Any, int], None]:
-        spec = self._kind(cls, cls.kind, None, (*_WIRE, *columns))
-        t0, context, call_of = self.t0, self._context, self._call
-        keep = self._keep if self._patterns else None
-
-        def add(e: Any, seq: int) -> None:  # the most frequent rows (chunks, SSE events): the shortest path
-            sid, call = e.session_id, e.call
-            row = (seq, e.t_ns - t0, e.layer, sid, *context(sid), e.rollout, call, e.attempt, e.exchange,
-                   *call_of(sid, call), *values(e))  # fmt: skip
-            if keep is None:
-                spec.rows.append(row)
-            else:
-                keep(spec, row)
-
-        return add
-
-    def _call_adder(
-        self, cls: type[Event], columns: tuple[str, ...], values: Callable[[Any], tuple[Any, ...]]
-    ) -> Callable[[Any, int], None]:
-        spec = self._kind(cls, cls.kind, cls.LAYER, (*_CALL, *columns))
-
-        def add(e: Any, seq: int) -> None:
-            sid, call = e.session_id, e.call
-            self._keep(spec, (seq, e.t_ns - self.t0, sid, *self._context(sid), call, *self._call(sid, call),
-                              *values(e)))  # fmt: skip
-
-        return add
-
-    def _session_adder(self, cls: type[Event]) -> Callable[[Any, int], None]:
-        spec = self._kind(cls, cls.kind, cls.LAYER, _SESSION)
-        closes = cls is CloseEvent
-
-        def add(e: Any, seq: int) -> None:
-            sid = e.session_id
-            self._keep(spec, (seq, e.t_ns - self.t0, sid, *self._context(sid)))
-            if closes:
-                self._forget(sid)
-
-        return add
-
-    def _open(self, e: OpenEvent, seq: int) -> None:
-        spec = self._kind(OpenEvent, OpenEvent.kind, OpenEvent.LAYER, _SESSION)
-        sid = e.session_id
-        context = (e.environment, e.split, e.task_index, compact_json(e.task))
-        if sid is not None:
-            context = self._sessions[sid] = _merged(self._sessions.get(sid), context)
-        self._keep(spec, (seq, e.t_ns - self.t0, sid, *context))
-
-    def _agent_adder(
-        self, cls: type[AgentEvent], columns: tuple[str, ...], values: Callable[[Any], tuple[Any, ...]]
-    ) -> Callable[[Any, int], None]:
-        spec = self._kind(cls, cls.kind, cls.LAYER, (*_AGENT, *columns))
-        own_context = issubclass(cls, (StartEvent, EpisodeEvent))  # they name their task themselves
-        episode = issubclass(cls, EpisodeEvent)  # its data is its record; every other one's, its wire form
-
-        def data(e: Any) -> str | None:
-            return compact_json(e.record() if episode else e.to_wire())
-
-        def add(e: Any, seq: int) -> None:
-            sid = e.session_id
-            known = self._context(sid)
-            context = (e.environment, e.split, e.task_index, known[3]) if own_context else known
-            self._keep(spec, (seq, e.t_ns - self.t0, sid, *context, e.rollout, data(e), *values(e)))
-
-        return add
-
-    def _request(self, e: RequestEvent, seq: int) -> None:
-        spec = self._kind(RequestEvent, "request", None, (*_WIRE, "method", "url", "headers", "body"))
-        url, creates = self._url(e.url)
-        headers = self._headers(e.headers)
-        body = e.body
-        redacted = self.redactor.body(url or "", body) if body else body
+    def _request(self, e: RequestEvent) -> None:
+        """A request: a /create sets its session's context; a tool call's first request, the call's."""
         sid, call = e.session_id, e.call
-        if sid is not None and creates:
-            self._sessions[sid] = self._body_meaning(_session_of_create, body)
+        if sid is not None and self._url(e.url)[1]:
+            self._sessions[sid] = self._body_meaning(_session_of_create, e.body)
+            self._changed[sid] = self.next_seq
         if call is not None:
             of_session = self._calls.get(sid)
             if of_session is None:
                 of_session = self._calls[sid] = {}
             if call not in of_session:
-                of_session[call] = self._body_meaning(_tool_and_input, body)
-        self._keep(spec, (seq, e.t_ns - self.t0, e.layer, sid, *self._context(sid), e.rollout, call, e.attempt,
-                          e.exchange, *self._call(sid, call), e.method, url, headers, redacted))  # fmt: skip
+                of_session[call] = self._body_meaning(_tool_and_input, e.body)
+                self._changed[sid] = self.next_seq
 
-    def _response(self, e: ResponseEvent, seq: int) -> None:
-        spec = self._kind(ResponseEvent, "response", None, (*_WIRE, "status", "headers", "ttfb_ns", "body"))
-        body = e.body
-        if body and self._patterns:
-            body = self.redactor.body("", body)
-        sid, call = e.session_id, e.call
-        self._keep(spec, (seq, e.t_ns - self.t0, e.layer, sid, *self._context(sid), e.rollout, call, e.attempt,
-                          e.exchange, *self._call(sid, call), e.status, self._headers(e.headers), e.ttfb_ns,
-                          body))  # fmt: skip
+    def _open(self, e: OpenEvent) -> None:
+        if e.session_id is not None:
+            given = (e.environment, e.split, e.task_index, compact_json(e.task))
+            self._sessions[e.session_id] = _merged(self._sessions.get(e.session_id), given)
+            self._changed[e.session_id] = self.next_seq
 
-    def _forget(self, sid: str | None) -> None:
-        """Nothing of a session follows its close: its context goes, so memory stays bounded."""
-        if sid is not None:
-            self._sessions.pop(sid, None)
-            self._calls.pop(sid, None)
+    def _close(self, e: CloseEvent) -> None:
+        if e.session_id is not None:  # nothing of a session follows its close: forgotten once its rows are made
+            self._closed.append((self.next_seq, e.session_id))
 
     # -- rows written by hand --------------------------------------------------------------------
 
     def add_row(self, kind: str, t_ns: int, columns: Mapping[str, Any]) -> None:
         """Keep one row given as column values (see ``Recorder.emit``); raises ``TypeError`` for a row
         it cannot store whole, keeping nothing of it."""
-        row: dict[str, Any] = {field.name: None for field in ROW_FIELDS}
+        row: dict[str, Any] = {field.name: None for field in ROW_FIELDS if field.name != "seq"}
         for name, value in columns.items():
             if name in ("seq", "t_ns", *STAMPED, "kind"):
                 raise TypeError(f"{name!r} is stamped by the recorder; emit() takes the other columns")
@@ -374,9 +258,11 @@ class Rows:
         if sid is not None:
             if kind == "request" and creates:
                 context = self._sessions[sid] = self._body_meaning(_session_of_create, raw_body)
+                self._changed[sid] = self.next_seq
             elif kind == "open":
                 given = tuple(row[name] for name in CONTEXT)
                 context = self._sessions[sid] = _merged(self._sessions.get(sid), given)
+                self._changed[sid] = self.next_seq
             else:
                 context = self._sessions.get(sid, NO_CONTEXT)
             for name, known in zip(CONTEXT, context, strict=True):
@@ -386,17 +272,21 @@ class Rows:
             of_session = self._calls.setdefault(sid, {})
             if kind == "request" and call not in of_session:
                 of_session[call] = self._body_meaning(_tool_and_input, raw_body)
+                self._changed[sid] = self.next_seq
             tool, tool_input = of_session.get(call, NO_CALL)
             if "tool" not in columns:
                 row["tool"] = tool
             if "input" not in columns:
                 row["input"] = tool_input
-        row["seq"] = self.next_seq
+        if self._patterns:
+            text = self.redactor.text
+            for name in TEXTS:
+                if isinstance(row[name], str):
+                    row[name] = text(row[name])
         row["t_ns"] = t_ns - self.t0
-        spec = self._kind("row", None, None, [name for name in row if name not in ("seq", "t_ns")])
-        self._keep(spec, tuple(row.values()))
-        if kind == "close":
-            self._forget(sid)
+        if kind == "close" and sid is not None:
+            self._closed.append((self.next_seq, sid))
+        self._items.append(_Raw(tuple(row.values())))
         self.next_seq += 1
         self.waiting += 1
 
@@ -433,7 +323,7 @@ class Rows:
                 ((key, redacted),) = self.redactor.header_items(_decoded([(item[0], item[-1])])).items()
                 if len(cache) >= HEADER_ITEMS:
                     cache.clear()
-                known = cache[item] = (key, f"{_ENCODER.encode(key)}:{_ENCODER.encode(redacted)}")
+                known = cache[item] = (key, f"{_compact(key)}:{_compact(redacted)}")
             name, member = known
             if name in names:  # a repeated name: header_items joins the values
                 return None
@@ -462,76 +352,199 @@ class Rows:
             self._bodies[key] = known
         return known
 
+    # -- the columns of each kind of event -----------------------------------------------------------
+
+    def _columns_of(self, kind: type) -> Callable[[list[Any]], Columns]:
+        known = self._columns.get(kind)
+        if known is None:
+            known = self._columns[kind] = self._make_columns(kind)
+        return known
+
+    def _make_columns(self, kind: type) -> Callable[[list[Any]], Columns]:
+        """How a list of events of ``kind`` become their columns."""
+        if kind is _Raw:
+            fields = [field.name for field in ROW_FIELDS if field.name != "seq"]
+            return lambda raws: dict(zip(fields, zip(*(r.values for r in raws), strict=True), strict=True))
+        if issubclass(kind, AgentEvent):
+            known = next((cls for cls in kind.__mro__ if cls in _AGENT), None)
+            typed = _AGENT[known] if known is not None else (lambda es: {})
+            episode = issubclass(kind, EpisodeEvent)  # its data is its record; every other one's, its wire form
+            call_input = issubclass(kind, _CALL_INPUT)
+            own_input = issubclass(kind, ToolInputAvailableEvent)
+
+            def agent(events: list[Any]) -> Columns:
+                columns = {
+                    **_attrs(events, "session_id", "rollout"),
+                    "kind": [kind.kind] * len(events),
+                    "layer": ["agent"] * len(events),
+                    "data": [_compact(e.record()) for e in events] if episode else [e.to_json() for e in events],
+                    **typed(events),
+                }
+                if own_input:
+                    columns["input"] = [compact_json(e.input) for e in events]
+                elif call_input:  # the call's input as its request sent it (the join below), else the event's
+                    calls = self._calls
+                    columns["input"] = [
+                        None if e.call in calls.get(e.session_id, ()) else compact_json(e.input) for e in events
+                    ]
+                return columns
+
+            return agent
+        base: type[Event] | None = next((cls for cls in kind.__mro__ if cls in _OWN), None)
+        if base is None:
+            raise TypeError(f"{kind.__name__} is no event type of ors_lab.events, so it has no trace row")
+        names, wire = _OWN[base], issubclass(kind, WireEvent)
+
+        def own(events: list[Any]) -> Columns:
+            columns = _attrs(events, *names)
+            columns["kind"] = [kind.kind] * len(events)  # type: ignore[attr-defined]
+            if wire:
+                columns["layer"] = ["agent" if e.agent else e.LAYER for e in events]
+            else:
+                columns["layer"] = [kind.LAYER] * len(events)  # type: ignore[attr-defined]
+            if base is RequestEvent:
+                urls = [self._url(e.url)[0] for e in events]
+                columns["url"] = urls
+                columns["headers"] = self._headers_column(events)
+                redact, patterns = self.redactor.body, self._patterns
+                columns["body"] = [
+                    redact(url, b) if b and (patterns or b"secrets" in b) else b
+                    for url, b in zip(urls, (e.body for e in events), strict=True)
+                ]
+            elif base is ResponseEvent:
+                columns["headers"] = self._headers_column(events)
+                bodies = [e.body for e in events]
+                columns["body"] = [self.redactor.body("", b) if b else b for b in bodies] if self._patterns else bodies
+            elif base is OpenEvent:
+                columns["task"] = [compact_json(e.task) for e in events]
+            return columns
+
+        return own
+
+    def _headers_column(self, events: list[Any]) -> list[str | None]:
+        out = []
+        for event in events:
+            try:
+                out.append(self._headers(event.headers))
+            except TypeError as exc:
+                log.error("ors_lab: a %s event is recorded with null headers: %s", event.kind, exc)
+                out.append(None)
+        return out
+
     # -- handing rows over as Arrow --------------------------------------------------------------
 
-    def swap(self) -> list[tuple[_Kind, list[tuple[Any, ...]]]]:
+    def swap(self) -> tuple[int, list[Any]]:
         """Take the rows kept so far (cheap: call it under the lock, and ``convert`` outside it)."""
-        taken = []
-        for spec in self._kinds.values():
-            if spec.rows:
-                taken.append((spec, spec.rows))
-                spec.rows = []
+        first, items = self._first, self._items
+        self._items = []
+        self._first = self.next_seq
         self.waiting = 0
-        return taken
+        return first, items
 
-    def convert(self, taken: list[tuple[_Kind, list[tuple[Any, ...]]]]) -> pa.Table:
+    def convert(self, taken: tuple[int, list[Any]]) -> pa.Table:
         """The rows ``swap`` took, as one table of the trace schema in ``seq`` order."""
-        structs = [(spec, _struct_array(spec, rows)) for spec, rows in taken]
-        arrays = []
-        for field in ROW_FIELDS:
-            name, chunks = field.name, []
-            for spec, struct in structs:
-                index = spec.index.get(name)
-                if index is not None:
-                    chunks.append(struct.field(index))
-                elif name == "kind" and spec.kind is not None:
-                    chunks.append(pa.repeat(pa.scalar(spec.kind, field.type), len(struct)))
-                elif name == "layer" and spec.layer is not None:
-                    chunks.append(pa.repeat(pa.scalar(spec.layer, field.type), len(struct)))
-                else:
-                    chunks.append(pa.nulls(len(struct), field.type))
-            arrays.append(pa.chunked_array(chunks, type=field.type))
-        table = pa.Table.from_arrays(arrays, schema=pa.schema(ROW_FIELDS))
-        if len(structs) > 1:
+        first, items = taken
+        groups: dict[type, tuple[list[int], list[Any]]] = {}
+        for position, item in enumerate(items, first):
+            group = groups.get(type(item))
+            if group is None:
+                group = groups[type(item)] = ([], [])
+            group[0].append(position)
+            group[1].append(item)
+        parts = []
+        for kind, (seqs, group_items) in groups.items():
+            columns = self._columns_of(kind)(group_items)
+            columns["seq"] = seqs
+            if kind is not _Raw:
+                columns["t_ns"] = [e.t_ns - self.t0 for e in group_items]
+            parts.append(_table(columns, len(seqs)))
+        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        table = self._with_context(table)
+        if self._patterns:
+            table = self._redacted_texts(table)
+        if len(parts) > 1:
             table = table.take(pc.sort_indices(table["seq"]))
-        rows = table.num_rows
-        wall0_us = wall_ns(self.t0) // 1000
-        wall = pc.add(pc.divide(table["t_ns"], 1000), wall0_us)
-        table = table.append_column("run_id", pa.repeat(pa.scalar(self.run_id, pa.string()), rows).cast(
-            SCHEMA.field("run_id").type))  # fmt: skip
-        table = table.append_column("wall", wall.cast(pa.int64()).cast(SCHEMA.field("wall").type))
-        return table.select(SCHEMA.names).cast(SCHEMA).combine_chunks()
+        end = first + len(items)
+        while self._closed and self._closed[0][0] < end:  # their rows are made: the sessions can go
+            closed, sid = self._closed.popleft()
+            if self._changed.get(sid, -1) < closed:  # unless the id was opened again since (a hand-written trace)
+                self._sessions.pop(sid, None)
+                self._calls.pop(sid, None)
+                self._changed.pop(sid, None)
+        wall = pc.add(pc.divide(table["t_ns"], 1000), wall_ns(self.t0) // 1000)
+        run_id = pa.repeat(pa.scalar(self.run_id, pa.string()), table.num_rows)
+        table = table.append_column("run_id", run_id).append_column("wall", wall.cast(SCHEMA.field("wall").type))
+        return table.select(SCHEMA.names).cast(SCHEMA)
+
+    def _with_context(self, table: pa.Table) -> pa.Table:
+        """Each row's session context and tool call context, where the row gives none itself."""
+        sessions = pc.unique(table["session_id"]).drop_null().to_pylist()
+        if not sessions:
+            return table
+        contexts = [self._sessions.get(sid, NO_CONTEXT) for sid in sessions]
+        where = pc.index_in(table["session_id"], value_set=pa.array(sessions, pa.string()))
+        for position, name in enumerate(CONTEXT):
+            known = pa.array([context[position] for context in contexts], type=_FIELD[name].type)
+            table = _fill(table, name, known.take(where))
+        calls = pc.binary_join_element_wise(table["session_id"], pc.cast(table["call"], pa.string()), "\x1f")
+        keys = pc.unique(calls).drop_null().to_pylist()
+        if keys:
+            found = []
+            for key in keys:
+                sid, _, call = key.rpartition("\x1f")
+                found.append(self._calls.get(sid, {}).get(int(call), NO_CALL))
+            where = pc.index_in(calls, value_set=pa.array(keys, pa.string()))
+            for position, name in enumerate(("tool", "input")):
+                table = _fill(table, name, pa.array([call[position] for call in found], pa.string()).take(where))
+        return table
+
+    def _redacted_texts(self, table: pa.Table) -> pa.Table:
+        text = self.redactor.text
+        for name in TEXTS:
+            values = [None if v is None else text(v) for v in table[name].to_pylist()]
+            table = table.set_column(
+                table.schema.get_field_index(name), _FIELD[name], pa.array(values, _FIELD[name].type)
+            )
+        return table
 
     def table(self) -> pa.Table:
         """Every row kept so far, taken, as one table (empty: the schema, no rows)."""
         taken = self.swap()
-        return self.convert(taken) if taken else SCHEMA.empty_table()
+        return self.convert(taken) if taken[1] else SCHEMA.empty_table()
 
 
-def _struct_array(spec: _Kind, rows: list[tuple[Any, ...]]) -> pa.StructArray:
-    """The tuples as one struct array; a value its column cannot hold is stored as null (and logged)."""
+def _table(columns: Columns, rows: int) -> pa.Table:
+    """A group's columns as a table of every row field (those it does not fill are null)."""
+    arrays = []
+    for field in ROW_FIELDS:
+        values = columns.get(field.name)
+        arrays.append(pa.nulls(rows, field.type) if values is None else _array(field, values))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(ROW_FIELDS))
+
+
+def _array(field: pa.Field, values: Sequence[Any]) -> pa.Array:
+    """One column; a value its column cannot hold is stored as null (and logged)."""
     try:
-        return pa.array(rows, type=spec.struct)
+        return pa.array(values, type=field.type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
         pass
-    fields, columns = list(spec.struct), []
-    for index, field in enumerate(fields):
-        values = [row[index] for row in rows]
+    cells = []
+    for value in values:
         try:
-            columns.append(pa.array(values, type=field.type))
-            continue
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-            pass
-        cells = []
-        for row, value in zip(rows, values, strict=True):
-            try:
-                cells.append(_cell(field, value))
-            except TypeError as exc:
-                kind = spec.kind or row[spec.index["kind"]]
-                log.error("ors_lab: a %s row (seq %s) is recorded with a null %s: %s", kind, row[0], field.name, exc)
-                cells.append(None)
-        columns.append(pa.array(cells, type=field.type))
-    return pa.StructArray.from_arrays(columns, fields=fields)
+            cells.append(None if value is None else _cell(field, value))
+        except TypeError as exc:
+            log.error("ors_lab: a row is recorded with a null %s: %s", field.name, exc)
+            cells.append(None)
+    return pa.array(cells, type=field.type)
+
+
+def _fill(table: pa.Table, name: str, known: pa.Array) -> pa.Table:
+    """``name`` where the rows give it, else ``known``."""
+    index = table.schema.get_field_index(name)
+    column = table.column(index)
+    if column.null_count == 0:
+        return table
+    return table.set_column(index, table.schema.field(index), pc.coalesce(column, known))
 
 
 def _cell(field: pa.Field, value: Any) -> Any:

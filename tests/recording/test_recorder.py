@@ -20,6 +20,7 @@ import httpx2
 import pytest
 
 import ors_lab as ol
+from ors_lab import events as ev
 from ors_lab.client.transport import AiohttpTransport
 from ors_lab.recording.parts import parts_dir
 from tests.envs import common
@@ -458,6 +459,38 @@ def test_threads_emitting_at_once_keep_order_and_context(tmp_path: Path) -> None
     for row in events:
         n = int(row["data"].split(":")[0])
         assert (row["session_id"], row["environment"], row["task_index"]) == (f"s{n}", f"env{n}", n)
+
+
+@pytest.mark.parametrize("path_of", ["emit", "record"])
+def test_a_session_id_used_again_after_its_close_keeps_its_context(tmp_path: Path, path_of: str) -> None:
+    """A session id opened again after its close, with the close's rows written in between: the rows
+    of the second session still have its context (the first close forgets only what came before it)."""
+    path = tmp_path / "run.parquet"
+    create = b'{"env_name":"e","split":"t","index":3}'
+    call = b'{"name":"tool","input":{"a":1}}'
+    with ol.Recorder(path) as rec:
+        for n in range(2):
+            if path_of == "emit":
+                rec.emit("request", session_id="s", url="http://127.0.0.1:1/create", body=create)
+                rec.emit("request", session_id="s", call=0, url="http://127.0.0.1:1/e/call", body=call)
+                rec.flush()  # the first close is written with the second session's requests
+                rec.emit("result", session_id="s", call=0, ok=True, reward=float(n))
+                rec.emit("close", session_id="s")
+            else:
+                rec.record(ev.RequestEvent(session_id="s", method="POST", url="http://127.0.0.1:1/create", body=create))
+                rec.record(
+                    ev.RequestEvent(session_id="s", call=0, method="POST", url="http://127.0.0.1:1/e/call", body=call)
+                )
+                rec.flush()
+                rec.record(
+                    ev.ResultEvent(session_id="s", call=0, task_id=None, ok=True, reward=float(n), finished=False)
+                )
+                rec.record(ev.CloseEvent(session_id="s"))
+    rows = [row for row in ol.load_trace(path).table.to_pylist() if row["kind"] == "result"]
+    assert [(r["environment"], r["split"], r["task_index"], r["tool"], r["input"], r["reward"]) for r in rows] == [
+        ("e", "t", 3, "tool", '{"a":1}', 0.0),
+        ("e", "t", 3, "tool", '{"a":1}', 1.0),
+    ]
 
 
 def test_a_value_its_column_cannot_hold_is_refused_by_its_own_emit(tmp_path: Path) -> None:
