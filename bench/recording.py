@@ -22,13 +22,13 @@ peak RSS never mix:
    when its last row is in a part on disk, so the writing is counted. At the end the recorded
    worker closes the recorder and checks the trace (one finished episode with reward 1.0 per
    episode run), so a recorder that drops events cannot post a good figure.
-2. **Sustained write rate.** Synthetic events through ``Recorder.emit`` until ``close()`` returns
+2. **Sustained write rate.** Synthetic events through ``Recorder.record`` until ``close()`` returns
    (compaction included), bytes per event of the compacted file, and the peak RSS over the
    baseline (``ru_maxrss``, after the imports and one tiny Parquet write, which costs pyarrow about
    55 MB once per process whatever is written). Two shapes of events: ``chunk`` (one SSE event row
-   with 50 bytes of data, as in tests/recording/test_crash.py) and ``episode`` (the 29 rows our
-   client emits for one quiz episode: requests and responses with headers and bodies, SSE chunks
-   and events, results, open and close; a new session id per episode).
+   with 50 bytes of data, as in tests/recording/test_crash.py) and ``episode`` (the 29 events our
+   client publishes for one quiz episode: requests and responses with headers and bodies, SSE
+   chunks and events, results, open and close; a new session id per episode).
 3. **Loading.** ``load_trace(path).events`` on the 1M-event ``episode`` trace of (2), against a bare
    ``pyarrow.parquet.read_table(path).to_pandas()`` of the same file, interleaved, median of
    several runs each.
@@ -120,10 +120,11 @@ async def overhead_worker(args: argparse.Namespace) -> None:
     import pandas  # noqa: F401
     import pyarrow as pa
 
-    from ors_lab.recording import Recorder, load_trace
+    from ors_lab.analysis import load_trace
+    from ors_lab.recording import Recorder
 
     pa.array([0])  # what loads pandas in the recorder, done in both modes
-    from ors_lab.recording.recorder import PART_GLOB
+    from ors_lab.recording.parts import PART_GLOB
 
     def reply(message: dict[str, Any]) -> None:
         print(json.dumps(message), flush=True)
@@ -234,43 +235,59 @@ CALLS = (
 )
 
 
-def episode_events(i: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The 29 (kind, fields) our AsyncClient emits for one quiz episode, as it emits them."""
+def episode_events(i: int) -> Iterator[Any]:
+    """The 29 typed events our AsyncClient publishes for one quiz episode, as it publishes them."""
+    import httpx2
+
+    from ors_lab.events import (
+        ChunkEvent,
+        CloseEvent,
+        OpenEvent,
+        RequestEvent,
+        ResponseEvent,
+        ResultEvent,
+        SSEEvent,
+    )
+
+    def headers(values: dict[str, str]) -> httpx2.Headers:
+        return httpx2.Headers(list(values.items()))
+
     sid = f"{i:032x}"
-    headers = {**REQUEST_HEADERS, "x-session-id": sid}
+    plain = headers({**REQUEST_HEADERS, "x-session-id": sid})
+    json_request = headers({**REQUEST_HEADERS, "x-session-id": sid, "content-type": "application/json"})
+    sse_request = headers({**REQUEST_HEADERS, "x-session-id": sid, "content-type": "application/json",
+                           "accept": "text/event-stream"})  # fmt: skip
+    json_answer, sse_answer = headers(JSON_HEADERS), headers(SSE_HEADERS)
     sid_body = b'{"sid":"%s"}' % sid.encode()
-    http = {"session_id": sid, "attempt": 1, "call": None}
     create = b'{"env_name":"quiz","split":"test","index":%d}' % (i % 6)
-    json_headers = {**headers, "content-type": "application/json"}
-    yield "request", {**http, "method": "POST", "url": URL + "/create", "headers": json_headers, "body": create}
-    yield "response", {**http, "status": 200, "headers": JSON_HEADERS, "ttfb_ns": 4_000_000, "body": sid_body}
-    yield "open", {"session_id": sid, "environment": "quiz", "split": "test", "task_index": i % 6, "task": None}
-    yield "request", {**http, "method": "GET", "url": URL + "/quiz/prompt", "headers": headers, "body": b""}
-    yield "response", {**http, "status": 200, "headers": JSON_HEADERS, "ttfb_ns": 2_000_000, "body": PROMPT}
+    yield RequestEvent(session_id=sid, attempt=1, method="POST", url=URL + "/create", headers=json_request, body=create)
+    yield ResponseEvent(session_id=sid, attempt=1, status=200, headers=json_answer, ttfb_ns=4_000_000, body=sid_body)
+    yield OpenEvent(session_id=sid, environment="quiz", split="test", task_index=i % 6)
+    yield RequestEvent(session_id=sid, attempt=1, method="GET", url=URL + "/quiz/prompt", headers=plain, body=b"")
+    yield ResponseEvent(session_id=sid, attempt=1, status=200, headers=json_answer, ttfb_ns=2_000_000, body=PROMPT)
     for call, (body, end, size) in enumerate(CALLS, 1):
         task_id = f"{i:028x}{call:04x}"
         at = {"session_id": sid, "attempt": 1, "call": call}
-        sse = {**headers, "content-type": "application/json", "accept": "text/event-stream"}
-        yield "request", {**at, "method": "POST", "url": URL + "/quiz/call", "headers": sse, "body": body}
-        yield "response", {**at, "status": 200, "headers": SSE_HEADERS, "ttfb_ns": 2_000_000, "body": None}
-        yield "chunk", {"size": 58, **at}
-        yield "event", {"event": "task_id", "data": task_id, "sse_id": None, "retry_ms": None, **at}
-        yield "chunk", {"size": size, **at}
-        yield "event", {"event": "end", "data": end, "sse_id": None, "retry_ms": None, **at}
+        yield RequestEvent(**at, method="POST", url=URL + "/quiz/call", headers=sse_request, body=body)
+        yield ResponseEvent(**at, status=200, headers=sse_answer, ttfb_ns=2_000_000)
+        yield ChunkEvent(**at, size=58)
+        yield SSEEvent(**at, event="task_id", data=task_id)
+        yield ChunkEvent(**at, size=size)
+        yield SSEEvent(**at, event="end", data=end)
         finished = call == len(CALLS)
-        reward = 1.0 if finished else 0.0
-        outcome = {"ok": True, "reward": reward, "finished": finished, "error": None, "reason": None}
-        yield "result", {"session_id": sid, "call": call, "task_id": task_id, **outcome}
-    yield "request", {**http, "method": "POST", "url": URL + "/delete", "headers": headers, "body": b""}
-    yield "response", {**http, "status": 200, "headers": JSON_HEADERS, "ttfb_ns": 3_000_000, "body": sid_body}
-    yield "close", {"session_id": sid}
+        yield ResultEvent(session_id=sid, call=call, task_id=task_id, ok=True, reward=1.0 if finished else 0.0,
+                          finished=finished)  # fmt: skip
+    yield RequestEvent(session_id=sid, attempt=1, method="POST", url=URL + "/delete", headers=plain, body=b"")
+    yield ResponseEvent(session_id=sid, attempt=1, status=200, headers=json_answer, ttfb_ns=3_000_000, body=sid_body)
+    yield CloseEvent(session_id=sid)
 
 
 def write_worker(args: argparse.Namespace) -> dict[str, Any]:
-    """Emit args.events synthetic events of one shape, close; rate, size, peak RSS over the baseline."""
+    """Record args.events synthetic events of one shape, close; rate, size, peak RSS over the baseline."""
     import psutil
     import pyarrow.parquet as pq
 
+    from ors_lab.events import SSEEvent
     from ors_lab.recording import Recorder
     from ors_lab.recording.schema import SCHEMA
 
@@ -284,15 +301,15 @@ def write_worker(args: argparse.Namespace) -> dict[str, Any]:
     events = args.events
     started = time.perf_counter()
     recorder = Recorder(path, overwrite=True)
-    emit = recorder.emit
+    record = recorder.record
     if args.shape == "chunk":
         for i in range(events):
-            emit("event", session_id=f"s{i // 1000}", call=i // 100 % 1000, event="chunk", data="x" * 50)
+            record(SSEEvent(session_id=f"s{i // 1000}", call=i // 100 % 1000, event="chunk", data="x" * 50))
     else:
         emitted = i = 0
         while emitted < events:
-            for kind, fields in episode_events(i):
-                emit(kind, **fields)
+            for event in episode_events(i):
+                record(event)
                 emitted += 1
             i += 1
         events = emitted
@@ -326,7 +343,7 @@ def load_worker(args: argparse.Namespace) -> dict[str, Any]:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from ors_lab.recording import load_trace
+    from ors_lab.analysis import load_trace
 
     path = Path(args.path)
 
