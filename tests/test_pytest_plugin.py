@@ -309,3 +309,73 @@ def test_echo(ors_replay):
     before = trace.read_bytes()
     run(child, "--ors-record-mode=new_episodes", f"--ors-upstream={closed_url}").assert_outcomes(passed=1)
     assert trace.read_bytes() == before
+
+
+def test_conftest_overrides_mode_config_and_trace_path(child: pytest.Pytester, ors_sdk_server: ServerProcess) -> None:
+    """The fixtures are overridable as pytest-recording's: a conftest's `ors_record_mode` wins over the
+    option, its `ors_replay_config` gives the marker's defaults, and its `ors_trace_path` names the trace."""
+    seed(ors_sdk_server, child.path / "shared" / "echo.parquet", ["hello"])
+    child.makeconftest("""
+import pytest
+from pathlib import Path
+
+
+@pytest.fixture
+def ors_record_mode():
+    return "none"
+
+
+@pytest.fixture
+def ors_replay_config():
+    return {"speed": 0.0, "upstream": "http://127.0.0.1:9"}
+
+
+@pytest.fixture
+def ors_trace_path(request):
+    return Path(request.config.rootpath) / "shared" / "echo.parquet"
+""")
+    child.makepyfile(
+        test_shared=_module("""
+def test_echo(ors_replay, ors_record_mode, ors_trace_path):
+    save("shared.json", [ors_replay.mode, ors_record_mode, ors_trace_path.name, episode(ors_replay.url, ["hello"])])
+""")
+    )
+    result = run(child, *record_args(ors_sdk_server, "all"))  # the conftest's mode wins: nothing is recorded
+    result.assert_outcomes(passed=1)
+    assert json.loads((child.path / "shared.json").read_text()) == [
+        "replay", "none", "echo.parquet", [["hello", 0.5, False]]
+    ]  # fmt: skip
+    assert not (child.path / "recordings").exists()
+
+
+def test_replay_transport_replays_in_process(child: pytest.Pytester, ors_sdk_server: ServerProcess,
+                                             closed_url: str) -> None:  # fmt: skip
+    """`ors_replay_transport` replays the test's trace with no socket, reports what went unplayed, and
+    fails a test whose trace is missing with the way to record it."""
+    seed(ors_sdk_server, child.path / "recordings" / "test_inproc" / "test_echo.parquet", ["hello", "ors"])
+    child.makepyfile(
+        test_inproc=_module("""
+import socket
+
+
+def test_echo(ors_replay_transport, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a socket was opened")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    with ors_lab.Client("http://ors.replay", transport=ors_replay_transport) as client:
+        with client.environment("echo").session(split="dev", index=0) as session:
+            save("inproc.json", [session.call("echo", {"text": "hello"}).text])
+
+
+def test_missing(ors_replay_transport):
+    raise AssertionError("never reached")
+""")
+    )
+    result = run(child, f"--ors-upstream={closed_url}", "--ors-strict-replay")
+    result.assert_outcomes(passed=1, failed=1, errors=1)  # strict: the passed test fails at teardown
+    out = result.stdout.str()
+    assert json.loads((child.path / "inproc.json").read_text()) == ["hello"]
+    assert "1 recorded request(s) in recordings/test_inproc/test_echo.parquet were never asked for" in out
+    assert "ors_replay_transport: no trace at recordings/test_inproc/test_missing.parquet" in out
+    assert "never reached" not in out

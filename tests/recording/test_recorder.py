@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pyarrow as pa
 import pytest
 
 import ors_lab as ol
@@ -491,6 +492,34 @@ def test_a_session_id_used_again_after_its_close_keeps_its_context(tmp_path: Pat
         ("e", "t", 3, "tool", '{"a":1}', 0.0),
         ("e", "t", 3, "tool", '{"a":1}', 1.0),
     ]
+
+
+def test_watchers_get_every_written_table_and_a_raising_one_is_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``watch``: each reader gets every table the writer writes, as written; a reader that raises is
+    dropped and logged while the recording and the other readers go on; ``stop()`` ends a reader."""
+    path = tmp_path / "run.parquet"
+    seen: list[pa.Table] = []
+    stopped: list[pa.Table] = []
+    raised: list[int] = []
+
+    def bad(table: pa.Table) -> None:
+        raised.append(table.num_rows)
+        raise ValueError("reader broke")
+
+    with ol.Recorder(path, part_rows=50) as rec:
+        rec.watch(seen.append)
+        rec.watch(bad)
+        stop = rec.watch(stopped.append)
+        for i in range(120):
+            rec.emit("event", session_id="s", event="chunk", data=str(i))
+        rec.flush()
+        stop()
+        rec.emit("event", session_id="s", event="chunk", data="last")
+    assert pa.concat_tables(seen).equals(ol.load_trace(path).table.select(seen[0].schema.names))
+    assert [row for t in stopped for row in t["data"].to_pylist()] == [str(i) for i in range(120)]
+    assert len(raised) == 1 and "a reader of" in caplog.text and "reader broke" in caplog.text
 
 
 def test_a_value_its_column_cannot_hold_is_refused_by_its_own_emit(tmp_path: Path) -> None:
