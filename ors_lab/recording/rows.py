@@ -1,14 +1,17 @@
 """Events made trace rows: the one place that says which columns each kind of event fills.
 
 ``Rows`` takes events (``add``) and rows written by hand (``add_row``) in order, and hands them
-over as Arrow tables of the trace schema (``swap``, then ``convert``). Taking an event costs next
-to nothing: it is kept as it is, and only the few that change what later rows mean (a ``/create``
-or ``/call`` request, an ``open``, a ``close``) update the context they give: a session's
-environment, split, task index and task, from its ``/create`` request and its ``open`` event; a
-tool call's tool and input, from its first request. Converting works a column at a time: each kind
-of event's values are gathered per column and handed to Arrow whole, secrets redacted on the way
-(``Redactor``), the context joined in by Arrow, and the rows put in ``seq`` order. The recorder
-converts in its writer thread; an evaluation keeps the tables in memory for its result.
+over as Arrow tables of the trace schema (``swap``, then ``convert``). Taking an event keeps a flat
+tuple of the values its row needs (its type first; an agent event's JSON, made once; httpx2 headers
+as their items): plain values the garbage collector never walks, so what waits to be converted
+costs no collection time, and the event's own objects are freed at once. The few events that
+change what later rows mean (a ``/create`` or ``/call`` request, an ``open``, a ``close``) update
+the context they give as they are taken: a session's environment, split, task index and task, from
+its ``/create`` request and its ``open`` event; a tool call's tool and input, from its first
+request. Converting works a column at a time: each kind's tuples are transposed into columns and
+handed to Arrow whole, secrets redacted on the way (``Redactor``), the context joined in by Arrow,
+and the rows put in ``seq`` order. The recorder converts in its writer thread; an evaluation
+that records nothing keeps the tables in memory for its result.
 
 A value Arrow cannot store in its column (a subscriber-published event with a reward of "high")
 is stored as null, and logged; its row and every other row are kept. ``add_row`` checks its values
@@ -17,6 +20,7 @@ as it takes them, and refuses a row it cannot store whole (``TypeError``, nothin
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections import deque
@@ -90,59 +94,74 @@ def compact_json(value: Any) -> str | None:
 Columns = dict[str, Sequence[Any]]
 """Column name -> the values of a group of rows (a list, or an Arrow array)."""
 
-
-def _attrs(events: list[Any], *names: str) -> Columns:
-    return {name: list(map(attrgetter(name), events)) for name in names}
-
+Item = tuple[Any, ...]
+"""A row as kept until it is converted: its event type (or ``RAW``) first, then the values the row
+needs, all plain (strings, numbers, bytes, tuples of them), so the garbage collector never walks it
+and an event's objects (a tool result, an input dict, httpx2 headers) are freed as soon as it is taken."""
 
 _WIRE = ("session_id", "rollout", "call", "attempt", "exchange")
-# the columns each kind of event fills from its own fields, beside those Rows works out itself
+# the columns each kind of event fills from its own fields, as kept (after the type), besides "t_ns"
 _OWN: dict[type[Event], tuple[str, ...]] = {
-    RequestEvent: (*_WIRE, "method"),
-    ResponseEvent: (*_WIRE, "status", "ttfb_ns"),
-    ChunkEvent: (*_WIRE, "size"),
-    SSEEvent: (*_WIRE, "event", "data", "sse_id", "retry_ms"),
-    CommentEvent: (*_WIRE, "comment"),
-    DisconnectEvent: (*_WIRE, "error"),
-    RetryEvent: (*_WIRE, "reason", "backoff", "task_id"),
+    RequestEvent: (*_WIRE, "method", "agent", "url", "headers", "body"),
+    ResponseEvent: (*_WIRE, "status", "ttfb_ns", "agent", "headers", "body"),
+    ChunkEvent: (*_WIRE, "size", "agent"),
+    SSEEvent: (*_WIRE, "event", "data", "sse_id", "retry_ms", "agent"),
+    CommentEvent: (*_WIRE, "comment", "agent"),
+    DisconnectEvent: (*_WIRE, "error", "agent"),
+    RetryEvent: (*_WIRE, "reason", "backoff", "task_id", "agent"),
     ResultEvent: ("session_id", "call", "task_id", "ok", "reward", "finished", "error", "reason"),
     CallErrorEvent: ("session_id", "call", "task_id", "error"),
-    OpenEvent: ("session_id", "environment", "split", "task_index"),
+    OpenEvent: ("session_id", "environment", "split", "task_index", "task"),
     PingEvent: ("session_id",),
     CloseEvent: ("session_id",),
 }
-# per agent event type: its typed columns besides data, from its fields (tool call inputs aside)
-_AGENT: dict[type[AgentEvent], Callable[[list[Any]], Columns]] = {
-    StartEvent: lambda es: _attrs(es, "environment", "split", "task_index"),
-    ToolInputStartEvent: lambda es: {"tool": [e.tool_name for e in es]},
-    ToolInputAvailableEvent: lambda es: {"tool": [e.tool_name for e in es]},
-    ToolOutputAvailableEvent: lambda es: _attrs(es, "tool", "call"),
-    ToolOutputErrorEvent: lambda es: _attrs(es, "tool", "call", "error", "reason"),
-    RewardEvent: lambda es: _attrs(es, "tool", "call", "reward", "finished"),
-    FinishEvent: lambda es: {"reason": [e.finish_reason for e in es]},
-    ErrorEvent: lambda es: {
-        **_attrs(es, "tool", "call"),
-        "error": [e.message for e in es],
-        "reason": [e.error_type for e in es],
-        "backoff": [e.retry_after if isinstance(e.retry_after, int | float) else None for e in es],
-    },
-    UsageEvent: lambda es: _attrs(es, *TOKENS),
-    EpisodeEvent: lambda es: {
-        **_attrs(es, "environment", "split", "task_index", "reward", "finished", "error", *TOKENS),
-        "ok": [e.error is None for e in es],
-    },
+
+
+def _backoff(retry_after: Any) -> float | None:
+    return retry_after if isinstance(retry_after, int | float) else None
+
+
+# per agent event type: its typed columns besides data and input, and how an event gives their values
+_AGENT: dict[type[AgentEvent], tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {
+    StartEvent: (("environment", "split", "task_index"), attrgetter("environment", "split", "task_index")),
+    ToolInputStartEvent: (("tool",), lambda e: (e.tool_name,)),
+    ToolInputAvailableEvent: (("tool",), lambda e: (e.tool_name,)),
+    ToolOutputAvailableEvent: (("tool", "call"), attrgetter("tool", "call")),
+    ToolOutputErrorEvent: (("tool", "call", "error", "reason"), attrgetter("tool", "call", "error", "reason")),
+    RewardEvent: (("tool", "call", "reward", "finished"), attrgetter("tool", "call", "reward", "finished")),
+    FinishEvent: (("reason",), lambda e: (e.finish_reason,)),
+    ErrorEvent: (
+        ("tool", "call", "error", "reason", "backoff"),
+        lambda e: (e.tool, e.call, e.message, e.error_type, _backoff(e.retry_after)),
+    ),
+    UsageEvent: (TOKENS, attrgetter(*TOKENS)),
+    EpisodeEvent: (
+        ("environment", "split", "task_index", "reward", "finished", "error", *TOKENS, "ok"),
+        lambda e: (
+            e.environment,
+            e.split,
+            e.task_index,
+            e.reward,
+            e.finished,
+            e.error,
+            e.input_tokens,
+            e.output_tokens,
+            e.reasoning_tokens,
+            e.cached_tokens,
+            e.error is None,
+        ),
+    ),
 }
+_NO_COLUMNS: tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]] = ((), lambda e: ())
 _CALL_INPUT = (ToolOutputAvailableEvent, ToolOutputErrorEvent, RewardEvent, ErrorEvent)
 """Agent events about a tool call made: their input is the call's, as its request sent it."""
 
 
-class _Raw:
-    """A row written by hand: every column's value, context filled in, checked as it was taken."""
+class RAW:
+    """The type of a row written by hand (``add_row``): every column's value, context filled in."""
 
-    __slots__ = ("values",)
 
-    def __init__(self, values: tuple[Any, ...]) -> None:
-        self.values = values
+_RAW_NAMES = tuple(field.name for field in ROW_FIELDS if field.name != "seq")
 
 
 class Rows:
@@ -161,7 +180,7 @@ class Rows:
         self.waiting = 0  # rows kept and not yet taken
         self.servers: set[str] = set()
         self._patterns = bool(redactor.patterns)
-        self._items: list[Any] = []  # events and _Raw rows, in seq order
+        self._items: list[Item] = []  # in seq order
         self._first = first_seq  # the seq of self._items[0]
         self._sessions: dict[str | None, tuple[Any, ...]] = {}  # session id -> its CONTEXT values (never None)
         self._calls: dict[str | None, dict[int, tuple[str | None, str | None]]] = {}  # session -> call -> tool, input
@@ -171,12 +190,10 @@ class Rows:
         # an httpx2 header item (raw name, lower-case name, value) -> its lower-case name, its JSON member
         self._header_items: dict[tuple[bytes, ...], tuple[str, str]] = {}
         self._bodies: dict[tuple[Any, bytes | None], tuple[Any, ...]] = {}  # (parser, request body) -> parsed
-        self._hooks: dict[type, Callable[[Any], None] | None] = {
-            RequestEvent: self._request,
-            OpenEvent: self._open,
-            CloseEvent: self._close,
-        }
-        self._columns: dict[type, Callable[[list[Any]], Columns]] = {}
+        self._takers: dict[type, Callable[[Any], Item]] = {}  # event type -> how an event of it is kept
+        self._kinds: dict[type, tuple[tuple[str, ...], Callable[[type, Columns], None]]] = {
+            RAW: (_RAW_NAMES, lambda kind, columns: None)
+        }  # event type (or RAW) -> the names of its items' values after the type, what converting adds
 
     def __len__(self) -> int:
         return self.waiting
@@ -186,28 +203,96 @@ class Rows:
     def add(self, event: Event) -> None:
         """Keep ``event`` as the next row."""
         try:
-            hook = self._hooks[type(event)]
+            take = self._takers[type(event)]
         except KeyError:
-            hook = self._hook_for(type(event))
-        if hook is not None:
-            hook(event)
-        self._items.append(event)
+            take = self._taker(type(event))
+        self._items.append(take(event))
         self.next_seq += 1
         self.waiting += 1
 
-    def _hook_for(self, kind: type) -> Callable[[Any], None] | None:
-        """An event type met for the first time: what its events change, if anything (subclasses as their base)."""
+    def _taker(self, kind: type) -> Callable[[Any], Item]:
+        """An event type met for the first time: how its events are kept (a subclass as its base);
+        ``TypeError`` for a type no row can be made of."""
         if not issubclass(kind, Event):
             raise TypeError(f"{kind.__name__} is no event type of ors_lab.events, so it has no trace row")
-        self._columns_of(kind)  # a TypeError now, for a type no row can be made of, not when converting
-        hook = next((self._hooks[cls] for cls in kind.__mro__ if cls in self._hooks), None)
-        self._hooks[kind] = hook
-        return hook
+        if issubclass(kind, AgentEvent):
+            take, names, finish = self._agent_kind(kind)
+        else:
+            base = next((cls for cls in kind.__mro__ if cls in _OWN), None)
+            if base is None:
+                raise TypeError(f"{kind.__name__} is no event type of ors_lab.events, so it has no trace row")
+            take, names, finish = self._own_kind(kind, base)
+        self._takers[kind] = take
+        self._kinds[kind] = (names, finish)
+        return take
 
-    def _request(self, e: RequestEvent) -> None:
+    def _own_kind(self, kind: type, base: type[Event]) -> tuple[Callable[[Any], Item], tuple[str, ...], Any]:
+        names = (*_OWN[base], "t_ns")
+        if base is RequestEvent:
+            take: Callable[[Any], Item] = functools.partial(self._request, kind)
+        elif base is ResponseEvent:
+
+            def take(e: ResponseEvent) -> Item:
+                return (kind, e.session_id, e.rollout, e.call, e.attempt, e.exchange, e.status, e.ttfb_ns, e.agent,
+                        _plain_headers(e.headers), e.body, e.t_ns)  # fmt: skip
+
+        elif base is OpenEvent:
+            take = functools.partial(self._open, kind)
+        elif base is CloseEvent:
+            take = functools.partial(self._close, kind)
+        else:
+            take = attrgetter("__class__", *names)  # the event's own type first, then its values
+        layer = kind.LAYER  # type: ignore[attr-defined]
+        wire = issubclass(kind, WireEvent)
+
+        def finish(kind: type, columns: Columns) -> None:
+            rows = len(columns["t_ns"])
+            columns["kind"] = [kind.kind] * rows  # type: ignore[attr-defined]
+            columns["layer"] = ["agent" if a else layer for a in columns.pop("agent")] if wire else [layer] * rows
+            if base is RequestEvent:
+                columns["headers"] = self._headers_column(kind, columns["headers"])
+                redact, patterns = self.redactor.body, self._patterns
+                columns["body"] = [
+                    redact(url, b) if b and (patterns or b"secrets" in b) else b
+                    for url, b in zip(columns["url"], columns["body"], strict=True)
+                ]
+            elif base is ResponseEvent:
+                columns["headers"] = self._headers_column(kind, columns["headers"])
+                if self._patterns:
+                    columns["body"] = [self.redactor.body("", b) if b else b for b in columns["body"]]
+
+        return take, names, finish
+
+    def _agent_kind(self, kind: type) -> tuple[Callable[[Any], Item], tuple[str, ...], Any]:
+        known = next((cls for cls in kind.__mro__ if cls in _AGENT), None)
+        typed_names, typed = _AGENT[known] if known is not None else _NO_COLUMNS
+        episode = issubclass(kind, EpisodeEvent)  # its data is its record; every other one's, its wire form
+        own_input = issubclass(kind, ToolInputAvailableEvent)
+        call_input = issubclass(kind, _CALL_INPUT)
+        calls = self._calls
+
+        def take(e: Any) -> Item:
+            if own_input:
+                given = compact_json(e.input)
+            elif call_input:  # the call's input as its request sent it (joined when converting), else the event's
+                given = None if e.call in calls.get(e.session_id, ()) else compact_json(e.input)
+            else:
+                given = None
+            data = _compact(e.record()) if episode else e.to_json()
+            return (kind, e.session_id, e.rollout, e.t_ns, data, given, *typed(e))
+
+        def finish(kind: type, columns: Columns) -> None:
+            rows = len(columns["t_ns"])
+            columns["kind"] = [kind.kind] * rows  # type: ignore[attr-defined]
+            columns["layer"] = ["agent"] * rows
+
+        return take, ("session_id", "rollout", "t_ns", "data", "input", *typed_names), finish
+
+    def _request(self, kind: type, e: RequestEvent) -> Item:
         """A request: a /create sets its session's context; a tool call's first request, the call's."""
         sid, call = e.session_id, e.call
-        if sid is not None and self._url(e.url)[1]:
+        url, creates = self._url(e.url)
+        if sid is not None and creates:
             self._sessions[sid] = self._body_meaning(_session_of_create, e.body)
             self._changed[sid] = self.next_seq
         if call is not None:
@@ -217,16 +302,21 @@ class Rows:
             if call not in of_session:
                 of_session[call] = self._body_meaning(_tool_and_input, e.body)
                 self._changed[sid] = self.next_seq
+        return (kind, sid, e.rollout, call, e.attempt, e.exchange, e.method, e.agent, url, _plain_headers(e.headers),
+                e.body, e.t_ns)  # fmt: skip
 
-    def _open(self, e: OpenEvent) -> None:
+    def _open(self, kind: type, e: OpenEvent) -> Item:
+        task = compact_json(e.task)
         if e.session_id is not None:
-            given = (e.environment, e.split, e.task_index, compact_json(e.task))
+            given = (e.environment, e.split, e.task_index, task)
             self._sessions[e.session_id] = _merged(self._sessions.get(e.session_id), given)
             self._changed[e.session_id] = self.next_seq
+        return (kind, e.session_id, e.environment, e.split, e.task_index, task, e.t_ns)
 
-    def _close(self, e: CloseEvent) -> None:
+    def _close(self, kind: type, e: CloseEvent) -> Item:
         if e.session_id is not None:  # nothing of a session follows its close: forgotten once its rows are made
             self._closed.append((self.next_seq, e.session_id))
+        return (kind, e.session_id, e.t_ns)
 
     # -- rows written by hand --------------------------------------------------------------------
 
@@ -283,10 +373,10 @@ class Rows:
             for name in TEXTS:
                 if isinstance(row[name], str):
                     row[name] = text(row[name])
-        row["t_ns"] = t_ns - self.t0
+        row["t_ns"] = t_ns
         if kind == "close" and sid is not None:
             self._closed.append((self.next_seq, sid))
-        self._items.append(_Raw(tuple(row.values())))
+        self._items.append((RAW, *row.values()))
         self.next_seq += 1
         self.waiting += 1
 
@@ -305,13 +395,15 @@ class Rows:
         """Headers as the JSON text of their redacted items (names lower-cased, repeats joined)."""
         if headers is None or isinstance(headers, str):
             return headers
+        if type(headers) is tuple and headers and headers[0] is HTTPX2_ITEMS:  # as _plain_headers keeps them
+            return self._header_list_json(headers[1:]) or self._headers_json([(i[0], i[-1]) for i in headers[1:]])
         if type(headers) is httpx2.Headers:
             items = getattr(headers, "_list", None)  # (raw name, lower-case name, value): httpx2's own list
             if type(items) is list:
                 return self._header_list_json(items) or self._headers_json(headers)
         return self._headers_json(headers)
 
-    def _header_list_json(self, items: list[tuple[bytes, bytes, bytes]]) -> str | None:
+    def _header_list_json(self, items: Sequence[tuple[bytes, bytes, bytes]]) -> str | None:
         """The JSON of httpx2's header items, each redacted and made JSON once (a client sends the same
         few headers again and again, and a server answers with the same few); None for a repeated name."""
         cache = self._header_items
@@ -352,82 +444,13 @@ class Rows:
             self._bodies[key] = known
         return known
 
-    # -- the columns of each kind of event -----------------------------------------------------------
-
-    def _columns_of(self, kind: type) -> Callable[[list[Any]], Columns]:
-        known = self._columns.get(kind)
-        if known is None:
-            known = self._columns[kind] = self._make_columns(kind)
-        return known
-
-    def _make_columns(self, kind: type) -> Callable[[list[Any]], Columns]:
-        """How a list of events of ``kind`` become their columns."""
-        if kind is _Raw:
-            fields = [field.name for field in ROW_FIELDS if field.name != "seq"]
-            return lambda raws: dict(zip(fields, zip(*(r.values for r in raws), strict=True), strict=True))
-        if issubclass(kind, AgentEvent):
-            known = next((cls for cls in kind.__mro__ if cls in _AGENT), None)
-            typed = _AGENT[known] if known is not None else (lambda es: {})
-            episode = issubclass(kind, EpisodeEvent)  # its data is its record; every other one's, its wire form
-            call_input = issubclass(kind, _CALL_INPUT)
-            own_input = issubclass(kind, ToolInputAvailableEvent)
-
-            def agent(events: list[Any]) -> Columns:
-                columns = {
-                    **_attrs(events, "session_id", "rollout"),
-                    "kind": [kind.kind] * len(events),
-                    "layer": ["agent"] * len(events),
-                    "data": [_compact(e.record()) for e in events] if episode else [e.to_json() for e in events],
-                    **typed(events),
-                }
-                if own_input:
-                    columns["input"] = [compact_json(e.input) for e in events]
-                elif call_input:  # the call's input as its request sent it (the join below), else the event's
-                    calls = self._calls
-                    columns["input"] = [
-                        None if e.call in calls.get(e.session_id, ()) else compact_json(e.input) for e in events
-                    ]
-                return columns
-
-            return agent
-        base: type[Event] | None = next((cls for cls in kind.__mro__ if cls in _OWN), None)
-        if base is None:
-            raise TypeError(f"{kind.__name__} is no event type of ors_lab.events, so it has no trace row")
-        names, wire = _OWN[base], issubclass(kind, WireEvent)
-
-        def own(events: list[Any]) -> Columns:
-            columns = _attrs(events, *names)
-            columns["kind"] = [kind.kind] * len(events)  # type: ignore[attr-defined]
-            if wire:
-                columns["layer"] = ["agent" if e.agent else e.LAYER for e in events]
-            else:
-                columns["layer"] = [kind.LAYER] * len(events)  # type: ignore[attr-defined]
-            if base is RequestEvent:
-                urls = [self._url(e.url)[0] for e in events]
-                columns["url"] = urls
-                columns["headers"] = self._headers_column(events)
-                redact, patterns = self.redactor.body, self._patterns
-                columns["body"] = [
-                    redact(url, b) if b and (patterns or b"secrets" in b) else b
-                    for url, b in zip(urls, (e.body for e in events), strict=True)
-                ]
-            elif base is ResponseEvent:
-                columns["headers"] = self._headers_column(events)
-                bodies = [e.body for e in events]
-                columns["body"] = [self.redactor.body("", b) if b else b for b in bodies] if self._patterns else bodies
-            elif base is OpenEvent:
-                columns["task"] = [compact_json(e.task) for e in events]
-            return columns
-
-        return own
-
-    def _headers_column(self, events: list[Any]) -> list[str | None]:
+    def _headers_column(self, kind: type, values: Sequence[Any]) -> list[str | None]:
         out = []
-        for event in events:
+        for headers in values:
             try:
-                out.append(self._headers(event.headers))
+                out.append(self._headers(headers))
             except TypeError as exc:
-                log.error("ors_lab: a %s event is recorded with null headers: %s", event.kind, exc)
+                log.error("ors_lab: a %s event is recorded with null headers: %s", kind.kind, exc)  # type: ignore[attr-defined]
                 out.append(None)
         return out
 
@@ -444,19 +467,21 @@ class Rows:
     def convert(self, taken: tuple[int, list[Any]]) -> pa.Table:
         """The rows ``swap`` took, as one table of the trace schema in ``seq`` order."""
         first, items = taken
-        groups: dict[type, tuple[list[int], list[Any]]] = {}
+        groups: dict[type, tuple[list[int], list[Item]]] = {}
         for position, item in enumerate(items, first):
-            group = groups.get(type(item))
+            group = groups.get(item[0])
             if group is None:
-                group = groups[type(item)] = ([], [])
+                group = groups[item[0]] = ([], [])
             group[0].append(position)
             group[1].append(item)
         parts = []
+        t0 = self.t0
         for kind, (seqs, group_items) in groups.items():
-            columns = self._columns_of(kind)(group_items)
+            names, finish = self._kinds[kind]
+            columns: Columns = dict(zip(names, list(zip(*group_items, strict=True))[1:], strict=True))
+            finish(kind, columns)
             columns["seq"] = seqs
-            if kind is not _Raw:
-                columns["t_ns"] = [e.t_ns - self.t0 for e in group_items]
+            columns["t_ns"] = [t - t0 for t in columns["t_ns"]]
             parts.append(_table(columns, len(seqs)))
         table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         table = self._with_context(table)
@@ -564,6 +589,20 @@ def _cell(field: pa.Field, value: Any) -> Any:
             except (TypeError, ValueError):
                 pass
         raise TypeError(f"trace column {field.name!r} ({kind}) cannot hold {value!r:.80}: {exc}") from exc
+
+
+HTTPX2_ITEMS = "httpx2 header items"
+"""The first item of httpx2 headers as kept until converted: (HTTPX2_ITEMS, (raw name, lower-case name,
+value), ...), plain tuples the garbage collector does not walk."""
+
+
+def _plain_headers(headers: Any) -> Any:
+    """httpx2 headers as plain tuples (``HTTPX2_ITEMS``); any other form as it is."""
+    if type(headers) is httpx2.Headers:
+        items = getattr(headers, "_list", None)
+        if type(items) is list:
+            return (HTTPX2_ITEMS, *items)
+    return headers
 
 
 def _origin(url: str) -> str:
