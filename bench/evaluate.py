@@ -17,7 +17,9 @@ What it does:
      tools, ``blob`` twice, ``answer``, close; every result checked), with no events made;
    - ``harness``: ``evaluate`` of the quiz policy, not recorded (client, agent plumbing, evaluator,
      event stream, the rows its result keeps);
-   - ``recorded``: the same with ``record=`` (the recorder too).
+   - ``recorded``: the same with ``record=Recorder(...)`` (the recorder too), closed inside the
+     measurement. Its writer thread's CPU (converting rows to Arrow, writing parts) and the CPU of
+     ``close()`` (the last part and compaction) are also reported on their own.
    Rounds run the modes in turns (the order reversed every other round). Reported per mode:
    episodes/s and the process's CPU per episode; per round, harness ÷ bare and recorded ÷ bare.
 3. **Targets.** The recorded harness's CPU per episode at most 1.5x the bare client's (median of
@@ -149,7 +151,7 @@ def worker(source: str, out: str, episodes: int, mode: str) -> dict[str, Any]:
     """Step 2, in a fresh interpreter: the replay server in its own process, one mode here."""
     import pandas  # noqa: F401  (every ors_lab process that looks at results has it)
 
-    from ors_lab import Client
+    from ors_lab import Client, Recorder
     from ors_lab.evaluation import evaluate
 
     log = Path(out).with_suffix(f".{mode}.replay.log")
@@ -176,17 +178,22 @@ def worker(source: str, out: str, episodes: int, mode: str) -> dict[str, Any]:
         line = log.read_text().splitlines()[0] if log.read_text() else ""
         url = line.rsplit(" at ", 1)[-1].strip()
         assert url.startswith("http://127.0.0.1:"), log.read_text()[-2000:]
-        frames_ms = None
+        frames_ms = writer_cpu = close_cpu = None
         cpu0, wall0 = time.process_time(), time.monotonic()
         if mode == "bare":
             n = asyncio.run(bare(url, episodes, sample))
             wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
         else:
+            recorder = Recorder(out) if mode == "recorded" else None  # given, so its parts are timed apart
             with Client(url) as client:
                 result = evaluate(client.environment(ENV_NAME), quiz_policy, split=SPLIT,
                                   rollouts=_rollouts(episodes), concurrency=CONCURRENCY,
-                                  record=out if mode == "recorded" else None, progress=False,
-                                  subscribe=on_episode)  # fmt: skip
+                                  record=recorder, progress=False, subscribe=on_episode)  # fmt: skip
+            if recorder is not None:
+                writer_cpu = _thread_cpu_s(recorder._writer.native_id)  # converting, writing parts
+                close0 = time.process_time()
+                recorder.close()  # the last part, and compaction
+                close_cpu = time.process_time() - close0
             wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
             frames0 = time.process_time()
             n = len(result.episodes)  # the frames are built when asked for: timed on their own
@@ -210,12 +217,23 @@ def worker(source: str, out: str, episodes: int, mode: str) -> dict[str, Any]:
         "cpu_ms": 1000 * cpu / n,
         "replay_server_cpu_ms": None if server_cpu is None else 1000 * server_cpu / n,
         "frames_ms": frames_ms,
+        "writer_ms": None if writer_cpu is None else 1000 * writer_cpu / n,
+        "close_ms": None if close_cpu is None else 1000 * close_cpu / n,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "samples": samples,
         "growth_bytes_per_episode": growth,
         "result_row_bytes": row_bytes,
         "trace_events": _events(out) if mode == "recorded" else None,
     }
+
+
+def _thread_cpu_s(native_id: int | None) -> float | None:
+    """A thread of this process: its CPU seconds so far (user + system), from /proc."""
+    try:
+        fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _events(path: str) -> int:
@@ -268,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| measure | bare client | harness | harness, recorded |\n|---|---:|---:|---:|")
     for key, label, digits in (("eps", "episodes/s", 1), ("cpu_ms", "CPU ms per episode (our process)", 3),
                                ("replay_server_cpu_ms", "replay server CPU ms per episode", 2),
+                               ("writer_ms", "of the CPU: the recorder's writer thread, ms per episode", 3),
+                               ("close_ms", "of the CPU: Recorder.close() (last part, compaction), ms per episode", 3),
                                ("frames_ms", "building episodes, steps and tasks, CPU ms per episode", 3),
                                ("peak_rss_mb", "peak RSS (MB)", 1)):  # fmt: skip
         cells = [f"{statistics.median(r[key] or 0 for r in runs[mode]):,.{digits}f}" for mode in MODES]
@@ -281,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         f"RSS every {SAMPLE_EVERY:,} episodes (MB, recorded): "
         + ", ".join(f"{n:,}: {rss / MB:.1f}" for n, rss in recorded["samples"])
     )
-    print(f"RSS growth per episode, warm: {growth or 0:,.0f} B; the result's rows: {row:,.0f} B per episode")
+    shown = "not measured (fewer than two samples)" if growth is None else f"{growth:,.0f} B"
+    print(f"RSS growth per episode, warm: {shown}; the result's rows: {row:,.0f} B per episode")
     met = ratio <= TARGET_RATIO
     print(
         f"\nharness, recorded ÷ bare client CPU per episode: {ratio:.2f} (median of {len(ratios['recorded'])} "
