@@ -7,6 +7,7 @@ not traces, a port in use (nothing left behind), a server nobody listens on, and
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -68,14 +69,15 @@ def test_bad_trace_files_are_one_line_each(tmp_path: Path) -> None:
 
 
 def test_a_corrupted_trace_is_one_line(tmp_path: Path) -> None:
-    """check on a real trace with its middle overwritten by random bytes: one line, status 1."""
+    """check on a real trace with its data and footer overwritten by random bytes: one line, status 1."""
     path = tmp_path / "run.parquet"
     with ol.Recorder(path) as rec:
         for i in range(200):
             rec.emit("note", error=f"row {i} " * 20)
-    data = bytearray(path.read_bytes())
+    data, noise = bytearray(path.read_bytes()), random.Random(16)
     middle = len(data) // 2
-    data[middle - 64 : middle + 64] = os.urandom(128)
+    data[middle - 64 : middle + 64] = noise.randbytes(128)  # in the column data
+    data[-200:-8] = noise.randbytes(192)  # in the footer's metadata
     path.write_bytes(bytes(data))
     assert_one_line(run("check", "run.parquet", cwd=tmp_path), "check", "run.parquet")
 
