@@ -2,19 +2,21 @@
 
 ``serve_app(app)`` runs uvicorn in a background thread with its own event loop for the duration of
 a ``with`` block and yields the base URL; ``run_app(app)`` serves in the foreground until SIGINT or
-SIGTERM (the command line).
+SIGTERM (the command line). ``listen(port)`` takes the port first, so that a command can fail with one
+clear ``OSError`` before it creates anything, and hand the socket to ``run_app(sock=...)``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["HOST", "read_body", "run_app", "serve_app"]
+__all__ = ["HOST", "listen", "read_body", "run_app", "serve_app"]
 
 HOST = "127.0.0.1"
 
@@ -68,18 +70,21 @@ def serve_app(
 ) -> Iterator[str]:
     """Serve ``app`` on 127.0.0.1 (``port=0``: a free port) in a thread; yield ``http://127.0.0.1:PORT``.
 
-    Exceptions of the ``quiet`` types end their connection without being logged.
+    A port in use is an ``OSError`` that names it. Exceptions of the ``quiet`` types end their
+    connection without being logged.
     """
     import uvicorn
 
     _quieten(quiet)
-    server = uvicorn.Server(_config(app, port))
-    thread = threading.Thread(target=server.run, name="ors-lab-uvicorn", daemon=True)
+    sock = listen(port)  # a port in use is an OSError here, before any thread starts
+    server = uvicorn.Server(_config(app, sock.getsockname()[1]))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="ors-lab-uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_timeout
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             server.should_exit = True
+            sock.close()
             raise RuntimeError(f"the server did not start on {HOST}:{port}")
         time.sleep(0.01)
     bound = server.servers[0].sockets[0].getsockname()[1]
@@ -88,23 +93,47 @@ def serve_app(
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        sock.close()
 
 
-def run_app(app: Any, *, port: int, on_ready: Any = None, quiet: tuple[type[BaseException], ...] = ()) -> None:
-    """Serve ``app`` on 127.0.0.1 in the foreground until SIGINT or SIGTERM."""
+def listen(port: int) -> socket.socket:
+    """A socket listening on 127.0.0.1:``port`` (0: a free one), or an ``OSError`` that says which port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((HOST, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {HOST}:{port} ({exc.strerror})") from None
+    return sock
+
+
+def run_app(
+    app: Any,
+    *,
+    port: int = 0,
+    on_ready: Any = None,
+    quiet: tuple[type[BaseException], ...] = (),
+    sock: socket.socket | None = None,
+) -> None:
+    """Serve ``app`` on 127.0.0.1 in the foreground until SIGINT or SIGTERM (on ``sock`` if given)."""
     import asyncio
 
     import uvicorn
 
     _quieten(quiet)
-    server = uvicorn.Server(_config(app, port))
+    if sock is None:
+        sock = listen(port)
+    server = uvicorn.Server(_config(app, sock.getsockname()[1]))
 
     async def main() -> None:
-        task = asyncio.create_task(server.serve())
+        task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():  # noqa: ASYNC110  uvicorn offers no start event
             await asyncio.sleep(0.01)
         if server.started and on_ready is not None:
             on_ready(f"http://{HOST}:{server.servers[0].sockets[0].getsockname()[1]}")
         await task
 
-    asyncio.run(main())
+    with sock:  # uvicorn's server owns it while it serves; closed here whatever happens
+        asyncio.run(main())

@@ -8,12 +8,19 @@
 - ``ors-lab demo-server [--port P]``: serve the demo environments until Ctrl-C.
 - ``ors-lab proxy UPSTREAM --port P --out TRACE``: a recording reverse proxy on 127.0.0.1 in front
   of an ORS server, so any client's traffic is recorded; Ctrl-C (or SIGTERM) writes the trace.
+  ``eval`` and ``proxy`` take ``--redact NAME`` (a header, query parameter or JSON key, any case)
+  and ``--redact-pattern REGEX`` (both repeatable), on top of the default redactions.
 - ``ors-lab show TRACE``: print a summary of a recorded trace (or of the parts of an unfinished
   one): sessions, calls by tool, rewards, latency percentiles, pings and errors.
 - ``ors-lab replay TRACE --port P --speed S [--fault F]``: serve a trace as an ORS server on 127.0.0.1
   (speed 0: no waiting; faults as in ``ors_lab.replay.faults``); prints what went unplayed at the end.
 - ``ors-lab check TRACE [--ping-interval S]``: check every ``/call`` stream of a trace against the
   ORS protocol; prints one line per violation and a summary, exits 1 when there is any.
+
+An expected failure (an ``ORSError``, such as a missing or unreadable trace; a file or port
+error; a network error) ends any command with one line on stderr, ``ors-lab COMMAND: what
+happened``, and exit status 1; Ctrl-C with ``ors-lab COMMAND: interrupted`` and 130. A bad option
+is a usage error (status 2). Only a bug shows a traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -61,6 +69,7 @@ def _episodes_path(trace: Path) -> Path:
 def _eval(args: argparse.Namespace) -> int:
     from ors_lab.client import Client
     from ors_lab.evaluation.run import evaluate
+    from ors_lab.recording.recorder import Recorder
 
     if args.agent is not None and args.openai_model is not None:
         print("ors-lab eval: give --agent or --openai-model, not both", file=sys.stderr)
@@ -76,10 +85,16 @@ def _eval(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with Client(args.url) as client:
+    record: Path | Recorder = out
+    if args.redact or args.redact_pattern:  # evaluate opens the trace itself unless given a recorder
+        from ors_lab.recording.parts import parts_dir
+
+        exists = out.is_file() or parts_dir(out).is_dir()
+        record = Recorder(out, append=exists and not args.no_resume, **_redaction(args))
+    with Client(args.url) as client, record if isinstance(record, Recorder) else contextlib.nullcontext():
         result = evaluate(client.environment(args.env), agent, split=args.split,  # type: ignore[arg-type]
                           tasks=args.tasks, rollouts=args.rollouts, concurrency=args.concurrency,
-                          max_steps=args.max_steps, timeout=args.timeout, record=out,
+                          max_steps=args.max_steps, timeout=args.timeout, record=record,
                           resume=not args.no_resume)  # fmt: skip
     episodes = _episodes_path(out)
     result.episodes.to_parquet(episodes, index=False)
@@ -172,15 +187,41 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _redaction(args: argparse.Namespace) -> dict[str, Any]:
+    """The Recorder keywords for ``--redact`` and ``--redact-pattern`` (only those given)."""
+    options: dict[str, Any] = {}
+    if args.redact:
+        options["redact_names"] = args.redact
+    if args.redact_pattern:
+        options["redact_patterns"] = args.redact_pattern
+    return options
+
+
 def _proxy(args: argparse.Namespace) -> int:
     from ors_lab.recording.proxy import run_proxy
 
-    try:
-        run_proxy(args.upstream, args.out, port=args.port, say=lambda text: print(text, flush=True))
-    except FileExistsError as exc:
-        print(f"ors-lab proxy: {exc}", file=sys.stderr)
-        return 1
+    bound: dict[str, Any] = {} if args.max_result_bytes is None else {"max_result_bytes": args.max_result_bytes}
+    run_proxy(args.upstream, args.out, port=args.port, say=lambda text: print(text, flush=True),
+              **bound, **_redaction(args))  # fmt: skip
     return 0
+
+
+def _pattern(text: str) -> str:
+    """An argparse type: a regular expression that compiles."""
+    import re
+
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a valid regular expression: {text!r} ({exc})") from None
+    return text
+
+
+def _add_redaction(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--redact", action="append", default=[], metavar="NAME",
+                        help="also redact this header, query parameter or JSON key (any case; repeatable)")  # fmt: skip
+    parser.add_argument("--redact-pattern", action="append", default=[], type=_pattern, metavar="REGEX",
+                        help="also redact every match of this regular expression (repeatable)")  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -210,6 +251,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     evaluation.add_argument("--out", required=True, help="the trace (an existing one is resumed)")
     evaluation.add_argument("--no-resume", action="store_true", help="refuse to continue an existing trace")
+    _add_redaction(evaluation)
     evaluation.set_defaults(run=_eval)
     server = commands.add_parser("demo-server", help="serve the bundled demo environments until Ctrl-C")
     server.add_argument("--port", type=int, default=0, help="port (default: a free one)")
@@ -218,6 +260,9 @@ def _parser() -> argparse.ArgumentParser:
     proxy.add_argument("upstream", help="the ORS server's base URL, e.g. http://127.0.0.1:8080")
     proxy.add_argument("--port", type=int, default=0, help="port to listen on, on 127.0.0.1 (default: a free one)")
     proxy.add_argument("--out", required=True, help="the trace file to write (must not exist)")
+    _add_redaction(proxy)
+    proxy.add_argument("--max-result-bytes", type=_positive_int, metavar="N",
+                       help="end a /call stream larger than this (default: 256 MiB)")  # fmt: skip
     proxy.set_defaults(run=_proxy)
     show = commands.add_parser("show", help="print a summary of a recorded trace")
     show.add_argument("trace", help="the trace file (its .parts directory is read if the recording never closed)")
@@ -253,18 +298,32 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ors-lab`` console script."""
+    """Entry point of the ``ors-lab`` console script: expected failures end in one line, not a traceback."""
     args = _parser().parse_args(argv)
+    import httpx2
+
     from ors_lab.protocol.errors import ORSError
 
     try:
         return int(args.run(args))
-    except (ORSError, FileExistsError, argparse.ArgumentTypeError) as exc:
-        print(f"ors-lab {args.command}: {exc}", file=sys.stderr)
+    except (ORSError, OSError, httpx2.HTTPError, argparse.ArgumentTypeError) as exc:
+        print(f"ors-lab {args.command}: {_one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(f"ors-lab {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    """An expected failure as one line; a network error keeps its type's name (``ConnectError: ...``)."""
+    from ors_lab.protocol.errors import ORSError
+
+    text = " ".join(str(exc).split())
+    if isinstance(exc, OSError) and exc.strerror:  # "[Errno 2] No such file..." without the number
+        text = exc.strerror if exc.filename is None else f"{exc.strerror}: {exc.filename}"
+    elif not isinstance(exc, ORSError | OSError | argparse.ArgumentTypeError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -106,3 +106,19 @@ def test_unknown_command_is_a_usage_error() -> None:
     done = subprocess.run([*CLI, "nope"], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2
     assert "demo-server" in done.stderr
+
+
+def test_eval_redacts_the_patterns_given(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
+    """`ors-lab eval --redact-pattern` records the run with the pattern's matches taken out, and resumes it."""
+    trace = tmp_path / "run.parquet"
+    args = [*CLI, "eval", ors_sdk_server.url, "--env", "lab", "--split", "train", "--tasks", "1",
+            "--agent", "tests.evaluation.policies:lab_policy", "--out", str(trace),
+            "--redact-pattern", "Answer with the [a-z]+ tool"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    text = load_trace(trace).events.astype(str).to_csv()
+    assert "Answer with the submit tool" not in text and "<redacted>" in text
+    again = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "1/1 episodes (1 resumed)" in again.stderr

@@ -193,22 +193,25 @@ def run_replay(
     allow_repeats: bool = False,
     say: Any = print,
 ) -> list[str]:
-    """Serve a trace on 127.0.0.1 in the foreground until SIGINT or SIGTERM; returns what went unplayed."""
+    """Serve a trace on 127.0.0.1 in the foreground until SIGINT or SIGTERM; returns what went unplayed.
+
+    An unreadable trace is a ``TraceFormatError`` and a port in use an ``OSError``, both before serving.
+    """
     import signal
 
-    from ors_lab.asgi import run_app
+    from ors_lab.asgi import listen, run_app
 
     engine = ReplayEngine(trace, speed=speed, faults=faults, allow_repeats=allow_repeats)
+    sock = listen(port)
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # uvicorn re-raises the signal after its graceful shutdown
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        with contextlib.suppress(KeyboardInterrupt):
-            run_app(
-                replay_app(engine), port=port, on_ready=lambda url: say(f"replaying {engine.recording.name} at {url}")
-            )
+        with sock, contextlib.suppress(KeyboardInterrupt):
+            run_app(replay_app(engine), sock=sock, quiet=(_Cut,),
+                    on_ready=lambda url: say(f"replaying {engine.recording.name} at {url}"))  # fmt: skip
     finally:
         signal.signal(signal.SIGTERM, previous)
     return engine.unplayed()

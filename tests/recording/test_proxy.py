@@ -159,3 +159,60 @@ def test_proxy_command_refuses_to_overwrite(ors_sdk_server: Any, tmp_path: Path)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
     assert done.returncode == 1
     assert "already holds a trace" in done.stderr
+
+
+def _record_through_the_proxy_command(upstream: str, out: Path, *options: str, headers: dict[str, str],
+                                      query: str) -> str:  # fmt: skip
+    """Run `ors-lab proxy` with `options`, send one GET through it, stop it; the trace's events as one text."""
+    import os
+    import re
+    import signal
+    import urllib.request
+
+    cmd = [sys.executable, "-m", "ors_lab.cli", "proxy", upstream, "--out", str(out), *options]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    with proc.stdout:
+        try:
+            line = proc.stdout.readline()
+            url = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
+            assert url, line
+            request = urllib.request.Request(f"{url.group(1)}/list_environments?{query}", headers=headers)
+            with urllib.request.urlopen(request, timeout=10) as response:
+                assert response.status == 200
+            os.kill(proc.pid, signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    events = ol.load_trace(out).events
+    assert (events["kind"] == "request").sum() == 1
+    return events.astype(str).to_csv()
+
+
+def test_proxy_command_redacts_the_patterns_given(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """`ors-lab proxy --redact-pattern` takes each pattern's matches out of what it records."""
+    text = _record_through_the_proxy_command(
+        ors_sdk_server.url, tmp_path / "out.parquet", "--redact-pattern", "sk-[a-z0-9]+", "--redact-pattern", "pw=\\w+",
+        headers={"X-Note": "key sk-abc123 here"}, query="pw=hunter2&plain=visible",
+    )  # fmt: skip
+    assert "sk-abc123" not in text and "hunter2" not in text
+    assert "<redacted>" in text and "visible" in text
+
+
+def _recorder_takes_names() -> bool:
+    import inspect
+
+    return "redact_names" in inspect.signature(ol.Recorder).parameters
+
+
+@pytest.mark.xfail(not _recorder_takes_names(), reason="needs Recorder(redact_names=...)", strict=True)
+def test_proxy_command_redacts_the_names_given(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """`ors-lab proxy --redact NAME` redacts that header and query parameter, whatever their case."""
+    text = _record_through_the_proxy_command(
+        ors_sdk_server.url, tmp_path / "out.parquet", "--redact", "x-house-token", "--redact", "HOUSE_KEY",
+        headers={"X-House-Token": "hunter2"}, query="house_key=hunter3&plain=visible",
+    )  # fmt: skip
+    assert "hunter2" not in text and "hunter3" not in text
+    assert "visible" in text
