@@ -133,7 +133,8 @@ class CallAssembler:
     def _result(self, payload: str) -> ToolResult:
         try:
             return ToolResult.from_wire(json.loads(payload), task_id=self.task_id)
-        except (ValueError, WireFormatError) as exc:
+        except (ValueError, WireFormatError, RecursionError, OverflowError) as exc:
+            # RecursionError: nested deeper than the parser goes; OverflowError: a number no float holds
             shown = payload if len(payload) <= 200 else f"{payload[:100]}...{payload[-100:]}"
             raise MalformedStreamError(
                 f"the result is not a valid RunToolOutput ({exc}); {len(payload)} chars: {shown!r}",

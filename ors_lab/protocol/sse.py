@@ -7,7 +7,8 @@ here too. Its reader drops comment lines, and the ORS keep-alive pings are comme
 - lines end in CRLF, LF or CR, also when a CRLF is split across two network chunks;
 - exactly one space after the field colon is stripped (the official ORS clients strip all of
   them, which corrupts outputs whose chunk boundaries fall in runs of spaces);
-- several ``data`` lines join with ``\\n``; ``id`` persists across events, ``retry`` is kept;
+- several ``data`` lines join with ``\\n``; ``id`` persists across events, ``retry`` is kept
+  (a ``retry`` of more than 18 digits is ignored: the trace holds it in an int64);
 - comment lines come out as ``SSEComment`` items, in order with the events;
 - a leading UTF-8 byte order mark is dropped, and an event cut off by the end of the stream is not
   dispatched (``pending`` says one was);
@@ -47,6 +48,7 @@ class SSEComment:
 SSEItem = ServerSentEvent | SSEComment
 
 _BOM = "\ufeff"
+_RETRY_DIGITS = 18  # longer retry values are ignored: the trace keeps retry in an int64 (and int() stops at 4300)
 
 
 class SSEDecoder:
@@ -184,7 +186,7 @@ class SSEDecoder:
         elif name == "id":
             if "\0" not in value:
                 self._last_id = value
-        elif name == "retry" and value.isascii() and value.isdigit():
+        elif name == "retry" and value.isascii() and value.isdigit() and len(value) <= _RETRY_DIGITS:
             self._retry = int(value)
         return None
 

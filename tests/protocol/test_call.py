@@ -212,6 +212,18 @@ def test_valid_json_of_wrong_shape() -> None:
     assert isinstance(caught.value.__cause__, WireFormatError)
 
 
+def test_deeply_nested_result_is_malformed_not_a_recursion_error() -> None:
+    """A result nested deeper than the JSON parser goes raises MalformedStreamError, not RecursionError."""
+    with pytest.raises(MalformedStreamError, match="not a valid RunToolOutput"):
+        assemble([ev("task_id", TASK_ID), ev("end", "[" * 100_000)])
+
+
+def test_reward_too_big_for_a_float_is_malformed_not_an_overflow_error() -> None:
+    """A reward of 400 digits (no float holds it) raises MalformedStreamError, not OverflowError."""
+    with pytest.raises(MalformedStreamError, match="not a valid RunToolOutput"):
+        assemble([ev("task_id", TASK_ID), ev("end", '{"ok":true,"output":{"reward":' + "9" * 400 + "}}")])
+
+
 def test_task_id_changing_raises() -> None:
     """A second task_id event with a different id raises MalformedStreamError."""
     with pytest.raises(MalformedStreamError, match="task_id changed"):

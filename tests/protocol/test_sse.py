@@ -343,6 +343,13 @@ def test_line_limit_must_be_positive() -> None:
         SSEDecoder(max_line_bytes=0)
 
 
+@pytest.mark.parametrize("digits", [19, 20, 5000])
+def test_retry_too_long_for_the_trace_is_ignored(digits: int) -> None:
+    """A retry of 19 digits or more is ignored (it may not fit the trace's int64; 5000 digits broke int())."""
+    assert decode(b"retry: " + b"9" * digits + b"\ndata: x\n\n") == [event("x")]
+    assert decode(b"retry: " + b"9" * 18 + b"\ndata: x\n\n") == [event("x", retry=10**18 - 1)]
+
+
 def test_trickled_line_costs_its_bytes_not_a_python_object_per_byte() -> None:
     """A line sent one byte at a time is held in about its own size (bounded by the limit), not 40x that."""
     import tracemalloc
