@@ -13,6 +13,9 @@ has `"task_id"` (a resume) passes through untouched. Options:
 - `cut_before_task_id=True`: cut right after the response headers, before any event (the client
   cannot know whether the tool ran).
 - `cut_all=True`: cut resumes too, to test the client's retry bound.
+- `cut_after_events=N`: cut after exactly N complete SSE blocks (events or comments, each ended by
+  a blank line) instead, 0 meaning right after the headers; with `cut_into=K`, forward K more
+  bytes of the next block first (a cut inside an event). Both may be changed between calls.
 
 Only `200 text/event-stream` responses are cut; error responses (404, 422, a 308 redirect) pass.
 Requests are parsed one at a time per connection (Content-Length or chunked bodies), as HTTP/1.1
@@ -32,15 +35,19 @@ from typing import Literal
 
 HOST = "127.0.0.1"
 _TASK_ID_EVENT = re.compile(rb"(?m)^event: ?task_id\r?\n(?:data:[^\r\n]*\r?\n)+\r?\n")
-_MAX_TRACKED = 64 * 1024  # give up looking for the task_id event after this much body
+_BLOCK_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")  # the blank line that ends an SSE event or comment
+_MAX_TRACKED = 64 * 1024  # give up looking for the cut point after this much body
 
 
 class _CallResponse:
     """Follows the bytes of one `/call` response and finds where to cut them."""
 
-    def __init__(self, after_headers: bool) -> None:
-        """Cut after the headers if `after_headers`, else after the `task_id` event."""
-        self.after_headers = after_headers
+    def __init__(self, after_headers: bool, events: int | None = None, into: int = 0) -> None:
+        """Cut after the headers if `after_headers`, after `events` blocks (and `into` bytes) if
+        given, else after the `task_id` event."""
+        self.after_headers = after_headers or (events == 0 and into == 0)
+        self.events = events
+        self.into = into
         self.head = b""
         self.in_head = True
         self.done = False  # nothing to cut in this response: forward the rest as it comes
@@ -114,13 +121,31 @@ class _CallResponse:
         """Append `n` decoded body bytes; return the raw cut offset if the task_id event just ended."""
         before = len(self.body)
         self.body += data[offset : offset + n]
-        match = _TASK_ID_EVENT.search(self.body)
-        if match is not None:
-            self.done = True
-            return offset + match.end() - before
+        if self.events is not None:
+            target = self._target()
+            if target is not None and len(self.body) >= target:
+                self.done = True
+                return offset + target - before
+        else:
+            match = _TASK_ID_EVENT.search(self.body)
+            if match is not None:
+                self.done = True
+                return offset + match.end() - before
         if len(self.body) > _MAX_TRACKED:
             self.done = True
         return None
+
+
+    def _target(self) -> int | None:
+        """Where to cut in the decoded body (`into` bytes after the `events`-th block), once known."""
+        assert self.events is not None
+        start = 0
+        if self.events:
+            ends = [match.end() for match in _BLOCK_END.finditer(self.body)]
+            if len(ends) < self.events:
+                return None
+            start = ends[self.events - 1]
+        return start + self.into
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
@@ -152,7 +177,15 @@ class CuttingProxy:
     the body) and `cuts` (responses cut).
     """
 
-    def __init__(self, upstream_url: str, *, cut_before_task_id: bool = False, cut_all: bool = False) -> None:
+    def __init__(
+        self,
+        upstream_url: str,
+        *,
+        cut_before_task_id: bool = False,
+        cut_all: bool = False,
+        cut_after_events: int | None = None,
+        cut_into: int = 0,
+    ) -> None:
         """Prepare a proxy for `upstream_url` (http://host:port); `start()` or `with` runs it."""
         parts = urllib.parse.urlsplit(upstream_url)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
@@ -161,6 +194,8 @@ class CuttingProxy:
         self.upstream_port: int = parts.port
         self.cut_before_task_id = cut_before_task_id
         self.cut_all = cut_all
+        self.cut_after_events = cut_after_events
+        self.cut_into = cut_into
         self.port = 0
         self.connections = 0
         self.calls = 0
@@ -181,6 +216,7 @@ class CuttingProxy:
         return (
             f"CuttingProxy({self.url} -> {self.upstream_host}:{self.upstream_port}, "
             f"cut_before_task_id={self.cut_before_task_id}, cut_all={self.cut_all}, "
+            f"cut_after_events={self.cut_after_events}, cut_into={self.cut_into}, "
             f"connections={self.connections}, calls={self.calls}, resumes={self.resumes}, cuts={self.cuts})"
         )
 
@@ -287,7 +323,7 @@ class CuttingProxy:
                 if resume:
                     self.resumes += 1
                 if self.cut_all or not resume:
-                    conn.response = _CallResponse(after_headers=self.cut_before_task_id)
+                    conn.response = _CallResponse(self.cut_before_task_id, self.cut_after_events, self.cut_into)
             writer.write(head + raw)
             await writer.drain()
 

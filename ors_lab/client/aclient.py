@@ -41,7 +41,7 @@ from ors_lab.events import (
     RetryEvent,
     Subscriber,
 )
-from ors_lab.protocol.call import CallAssembler
+from ors_lab.protocol.call import MAX_RESULT_BYTES, CallAssembler
 from ors_lab.protocol.errors import (
     EnvironmentStartingError,
     MalformedStreamError,
@@ -54,6 +54,7 @@ from ors_lab.protocol.errors import (
     SessionNotFoundError,
 )
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec, blocks_from_wire
+from ors_lab.protocol.sse import MAX_LINE_BYTES
 from ors_lab.version import __version__
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession"]
@@ -90,6 +91,10 @@ class AsyncClient:
 
     ``events`` is the client's ``EventStream``; ``recorder=`` subscribes a ``Recorder`` (or any
     subscriber) to it for the client's life.
+
+    ``max_result_bytes`` bounds one /call result (the UTF-8 size of its JSON; default 256 MiB) and
+    ``max_line_bytes`` one SSE line of a /call stream (default 16 MiB; ORS servers send lines of
+    4096 characters). A stream that crosses either raises ``MalformedStreamError``, and is not resumed.
     """
 
     def __init__(
@@ -104,6 +109,8 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
         ping_interval: float = PING_INTERVAL,
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+        max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         default_headers = {"User-Agent": USER_AGENT}
@@ -113,6 +120,8 @@ class AsyncClient:
         default_headers.update(headers or {})
         self._timeout = timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(timeout)
         self.heartbeat_timeout = heartbeat_timeout
+        self.max_result_bytes = max_result_bytes
+        self.max_line_bytes = max_line_bytes
         self._extensions = {"timeout": self._timeout.as_dict()}
         self._urls: dict[str, tuple[httpx2.URL, str]] = {}  # path -> its URL, and the URL as text
         self._transport = transport if transport is not None else AiohttpTransport()
@@ -355,10 +364,12 @@ class AsyncClient:
                                               reason=str(response.status_code), backoff=wait))  # fmt: skip
                 await asyncio.sleep(wait)
                 continue
-            assembler = CallAssembler(task_id)
+            assembler = CallAssembler(task_id, max_result_bytes=self.max_result_bytes)
             drop: httpx2.TransportError | None = None
             try:
-                result = await self._read_stream(response, BodyReader(tap, assembler))
+                result = await self._read_stream(
+                    response, BodyReader(tap, assembler, max_line_bytes=self.max_line_bytes)
+                )
             except ORSError as exc:
                 exc.session_id, exc.request = sid, request
                 exc.task_id = exc.task_id or assembler.task_id

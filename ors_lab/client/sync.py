@@ -24,7 +24,9 @@ from ors_lab.client.aclient import (
 from ors_lab.client.policy import RetryPolicy
 from ors_lab.client.runner import Runner
 from ors_lab.events import EventStream, Subscriber
+from ors_lab.protocol.call import MAX_RESULT_BYTES
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec
+from ors_lab.protocol.sse import MAX_LINE_BYTES
 
 __all__ = ["Client", "Environment", "Session"]
 
@@ -48,6 +50,8 @@ class Client:
         retry: RetryPolicy | None = None,
         ping_interval: float = PING_INTERVAL,
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+        max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         self._runner = Runner()
         self.aio = AsyncClient(
@@ -60,6 +64,8 @@ class Client:
             retry=retry,
             ping_interval=ping_interval,
             heartbeat_timeout=heartbeat_timeout,
+            max_result_bytes=max_result_bytes,
+            max_line_bytes=max_line_bytes,
         )
         self.base_url = self.aio.base_url
         self.events = self.aio.events

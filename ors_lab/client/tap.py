@@ -28,8 +28,9 @@ from ors_lab.events import (
     SSEEvent,
 )
 from ors_lab.protocol.call import CallAssembler
+from ors_lab.protocol.errors import MalformedStreamError
 from ors_lab.protocol.models import ToolResult
-from ors_lab.protocol.sse import SSEComment, SSEDecoder
+from ors_lab.protocol.sse import MAX_LINE_BYTES, SSEComment, SSEDecoder
 
 __all__ = ["EXCHANGES", "BodyReader", "ExchangeTap", "RecordingTransport", "describe_error", "is_event_stream"]
 
@@ -120,9 +121,9 @@ class ExchangeTap:
             )
         )
 
-    def reader(self, assembler: CallAssembler | None = None) -> BodyReader:
+    def reader(self, assembler: CallAssembler | None = None, *, max_line_bytes: int = MAX_LINE_BYTES) -> BodyReader:
         """A reader for the streamed body (``assembler``: a ``/call`` body's, to get its result)."""
-        return BodyReader(self, assembler)
+        return BodyReader(self, assembler, max_line_bytes=max_line_bytes)
 
 
 class BodyReader:
@@ -130,27 +131,39 @@ class BodyReader:
 
     ``tap`` is None when nobody listens: the chunks are then only decoded for the assembler.
     Errors of the assembler (``ToolError``, ``UnknownTaskError``, ``MalformedStreamError``) are
-    raised from ``feed`` after the event that caused them was published.
+    raised from ``feed`` after the event that caused them was published. The decoder's
+    ``MalformedStreamError`` (a line over ``max_line_bytes``) is raised after the chunk and the
+    items before the bad line were published, unless the result is already whole: what follows
+    ``end`` cannot spoil it.
+    The memory a body can take is bounded by ``max_line_bytes`` and the assembler's
+    ``max_result_bytes``.
     """
 
     __slots__ = ("assembler", "decoder", "result", "tap")
 
-    def __init__(self, tap: ExchangeTap | None, assembler: CallAssembler | None) -> None:
+    def __init__(
+        self, tap: ExchangeTap | None, assembler: CallAssembler | None, *, max_line_bytes: int = MAX_LINE_BYTES
+    ) -> None:
         self.tap = tap
         self.assembler = assembler
-        self.decoder = SSEDecoder()
+        self.decoder = SSEDecoder(max_line_bytes)
         self.result: ToolResult | None = None
 
     def feed(self, chunk: bytes) -> ToolResult | None:
         """Take one network chunk; return the result when this chunk completed it."""
         tap, assembler = self.tap, self.assembler
-        items = self.decoder.feed(chunk)
         if tap is not None:
             publish = tap.events.publish
             sid, rollout, call, attempt, exchange, agent = (tap.session_id, tap.rollout, tap.call, tap.attempt,
                                                             tap.exchange, tap.agent)  # fmt: skip
             publish(ChunkEvent(session_id=sid, rollout=rollout, call=call, attempt=attempt, exchange=exchange,
                                agent=agent, size=len(chunk)))  # fmt: skip
+        try:
+            items = self.decoder.feed(chunk)
+        except MalformedStreamError:
+            if self.result is not None:
+                return None
+            raise
         completed = None
         for item in items:
             if tap is not None:
@@ -163,6 +176,8 @@ class BodyReader:
                                      retry_ms=item.retry))  # fmt: skip
             if assembler is not None and self.result is None:
                 completed = self.result = assembler.feed(item)
+        if self.decoder.error is not None and self.result is None:
+            raise MalformedStreamError(self.decoder.error)  # a bad line after the items of this chunk
         return completed
 
 

@@ -68,6 +68,7 @@ LAB_TOOLS = [
     "step",
     "submit",
     "tally",
+    "tally_big",
     "tally_count",
 ]  # shared tools, as /tools lists them (sorted by name)
 HINT_DESCRIPTION = "Get a hint for this task (only offered on tasks that have one)."
@@ -139,6 +140,11 @@ def bump(key: str) -> int:
     return TALLY[key]
 
 
+def tally_big_text(n_chars: int) -> str:
+    """What `tally_big` returns: `n_chars` characters, non-ASCII and spaces among them (the count is not in it)."""
+    return fill_text(n_chars, "tally é 😀  ")
+
+
 def tally_of(key: str) -> int:
     """The tally of `key`, without changing it."""
     return TALLY.get(key, 0)
@@ -177,6 +183,13 @@ class TallyInput(BaseModel):
 
     key: str = Field(description="The counter to increment.")
     delay: float = Field(default=0.0, ge=0, le=600, description="Seconds to sleep before counting.")
+
+
+class TallyBigInput(BaseModel):
+    """Input of `tally_big`."""
+
+    key: str = Field(description="The counter to increment.")
+    n_chars: int = Field(ge=0, le=1024 * 1024, description="How many characters to return (at most 1 Mi).")
 
 
 class TallyCountInput(BaseModel):

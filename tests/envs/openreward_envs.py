@@ -28,6 +28,7 @@ from tests.envs.common import (
     SlowInput,
     StepInput,
     SubmitInput,
+    TallyBigInput,
     TallyCountInput,
     TallyInput,
 )
@@ -114,6 +115,12 @@ class Lab(Environment):
         """Sleep `delay` seconds, then add one to the counter `key` and return the new count."""
         await asyncio.sleep(params.delay)
         return _text(str(common.bump(params.key)))
+
+    @tool
+    async def tally_big(self, params: TallyBigInput) -> ToolOutput:
+        """Add one to the counter `key`, then return n_chars characters: a multi-chunk result whose run is counted."""
+        common.bump(params.key)
+        return _text(common.tally_big_text(params.n_chars))
 
     @tool
     async def tally_count(self, params: TallyCountInput) -> ToolOutput:

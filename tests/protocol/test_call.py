@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ors_lab.protocol.call import CallAssembler
+from ors_lab.protocol.call import MAX_RESULT_BYTES, CallAssembler
 from ors_lab.protocol.errors import MalformedStreamError, ToolError, UnknownTaskError
 from ors_lab.protocol.models import TextBlock, ToolResult, WireFormatError
 from ors_lab.protocol.sse import ServerSentEvent, SSEComment, SSEDecoder, SSEItem
@@ -212,6 +212,18 @@ def test_valid_json_of_wrong_shape() -> None:
     assert isinstance(caught.value.__cause__, WireFormatError)
 
 
+def test_deeply_nested_result_is_malformed_not_a_recursion_error() -> None:
+    """A result nested deeper than the JSON parser goes raises MalformedStreamError, not RecursionError."""
+    with pytest.raises(MalformedStreamError, match="not a valid RunToolOutput"):
+        assemble([ev("task_id", TASK_ID), ev("end", "[" * 100_000)])
+
+
+def test_reward_too_big_for_a_float_is_malformed_not_an_overflow_error() -> None:
+    """A reward of 400 digits (no float holds it) raises MalformedStreamError, not OverflowError."""
+    with pytest.raises(MalformedStreamError, match="not a valid RunToolOutput"):
+        assemble([ev("task_id", TASK_ID), ev("end", '{"ok":true,"output":{"reward":' + "9" * 400 + "}}")])
+
+
 def test_task_id_changing_raises() -> None:
     """A second task_id event with a different id raises MalformedStreamError."""
     with pytest.raises(MalformedStreamError, match="task_id changed"):
@@ -254,6 +266,67 @@ def test_dropped_before_task_id() -> None:
     assembler, _ = assemble([SSEComment(" ping")])
     assert assembler.dropped
     assert not assembler.seen_task_id
+
+
+# The result bound: max_result_bytes
+
+
+def test_default_result_limit_is_256_mib() -> None:
+    """The default result bound is 256 MiB."""
+    assert MAX_RESULT_BYTES == 256 * 1024 * 1024
+    assert CallAssembler().max_result_bytes == MAX_RESULT_BYTES
+
+
+def test_result_of_exactly_the_limit_passes() -> None:
+    """A result whose JSON is exactly max_result_bytes long, in chunks, is assembled."""
+    parts = [TRICKY[i : i + 7] for i in range(0, len(TRICKY), 7)]
+    items = [ev("task_id", TASK_ID), *(ev("chunk", part) for part in parts[:-1]), ev("end", parts[-1])]
+    _, result = assemble_bounded(items, len(TRICKY.encode()))
+    assert result == ToolResult.from_wire(json.loads(TRICKY))
+
+
+def test_result_one_byte_over_the_limit_raises() -> None:
+    """One UTF-8 byte over max_result_bytes (counted in bytes, not characters) is a MalformedStreamError."""
+    result = json.dumps(json.loads(TRICKY), separators=(",", ":"), ensure_ascii=False)
+    limit = len(result.encode()) - 1
+    assert len(result) <= limit  # in characters it would fit: the non-ASCII text makes it too big
+    assert assemble_bounded([ev("task_id", TASK_ID), ev("end", result)], limit + 1)[1] is not None
+    for cut in (1, len(result) // 2, len(result) - 1):
+        items = [ev("task_id", TASK_ID), ev("chunk", result[:cut]), ev("end", result[cut:])]
+        with pytest.raises(MalformedStreamError, match="max_result_bytes") as caught:
+            assemble_bounded(items, limit)
+        assert caught.value.task_id == TASK_ID
+
+
+def test_endless_chunks_raise_once_the_limit_is_crossed() -> None:
+    """An endless chunk stream raises as soon as the chunks pass the limit, and drops what it held."""
+    assembler = CallAssembler(max_result_bytes=10_000)
+    assembler.feed(ev("task_id", TASK_ID))
+    fed = 0
+    with pytest.raises(MalformedStreamError, match="10000 bytes"):
+        while fed < 1_000_000:
+            assembler.feed(ev("chunk", "x" * 1000))
+            fed += 1000
+    assert fed <= 10_000
+    assert assembler.done
+    assert assembler._parts == []
+    with pytest.raises(MalformedStreamError):
+        assembler.feed(ev("chunk", "x"))  # nothing more is taken after the error
+
+
+def test_result_limit_must_be_positive() -> None:
+    """A limit below 1 is a ValueError naming the option."""
+    with pytest.raises(ValueError, match="max_result_bytes"):
+        CallAssembler(max_result_bytes=0)
+
+
+def assemble_bounded(items: list[SSEItem], limit: int) -> tuple[CallAssembler, ToolResult | None]:
+    """Feed every item to an assembler bounded at ``limit`` bytes."""
+    assembler = CallAssembler(max_result_bytes=limit)
+    result = None
+    for item in items:
+        result = assembler.feed(item)
+    return assembler, result
 
 
 # The real captures

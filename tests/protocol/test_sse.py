@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ors_lab.protocol.call import CallAssembler
-from ors_lab.protocol.sse import ServerSentEvent, SSEComment, SSEDecoder, SSEItem
+from ors_lab.protocol.errors import MalformedStreamError
+from ors_lab.protocol.sse import MAX_LINE_BYTES, ServerSentEvent, SSEComment, SSEDecoder, SSEItem
 
 PING = " ping - 2026-11-29 23:36:49.633846+00:00"
 
@@ -257,3 +258,112 @@ def test_big_spaces_result_keeps_every_space(capture, server: str) -> None:
     assert result is not None
     assert len(result.text) == 10_000
     assert set(result.text) == {"é", " ", "\n"}
+
+
+# Bounds: a line, or the data of one event, longer than max_line_bytes is a MalformedStreamError
+
+
+def test_default_line_limit_is_16_mib() -> None:
+    """The default line bound is 16 MiB: a thousand times the 4096-character chunks ORS servers send."""
+    assert MAX_LINE_BYTES == 16 * 1024 * 1024
+    assert SSEDecoder().max_line_bytes == MAX_LINE_BYTES
+
+
+@pytest.mark.parametrize("eol", [b"\r\n", b"\n", b"\r"], ids=["CRLF", "LF", "CR"])
+def test_line_of_exactly_the_limit_passes(eol: bytes) -> None:
+    """A line of exactly max_line_bytes (its end not counted) decodes, whole or byte by byte."""
+    line = b"data: " + b"x" * 94
+    stream = line + eol + eol
+    assert len(line) == 100
+    for chunks in ([stream], pieces(stream, 1), pieces(stream, 7)):
+        decoder = SSEDecoder(max_line_bytes=100)
+        items = [item for chunk in chunks for item in decoder.feed(chunk)]
+        assert items == [event("x" * 94)]
+
+
+@pytest.mark.parametrize("size", [1, 7, 100, 1000])
+def test_line_over_the_limit_raises_however_split(size: int) -> None:
+    """A line one byte over max_line_bytes raises MalformedStreamError, whether it is complete or not."""
+    for stream in (b"data: " + b"x" * 95 + b"\n\n", b"data: " + b"x" * 95):
+        decoder = SSEDecoder(max_line_bytes=100)
+        with pytest.raises(MalformedStreamError, match="max_line_bytes"):
+            for chunk in pieces(stream, size):
+                decoder.feed(chunk)
+
+
+def test_comment_and_unknown_field_lines_are_bounded_too() -> None:
+    """Every kind of line is bounded, not only data lines."""
+    for line in (b":" + b"c" * 100, b"x" * 101, b"event: " + b"e" * 94):
+        with pytest.raises(MalformedStreamError, match="max_line_bytes"):
+            SSEDecoder(max_line_bytes=100).feed(line + b"\n")
+
+
+def test_endless_line_buffers_at_most_the_limit() -> None:
+    """A line that never ends raises once the limit is crossed; the decoder never held more than the limit."""
+    decoder = SSEDecoder(max_line_bytes=10_000)
+    decoder.feed(b"event: chunk\ndata: ")
+    fed = 0
+    with pytest.raises(MalformedStreamError, match="10000 bytes"):
+        while fed < 1_000_000:
+            decoder.feed(b"x" * 1000)
+            fed += 1000
+            assert decoder.buffered <= 10_000
+    assert fed <= 10_000
+
+
+def test_event_data_lines_together_are_bounded() -> None:
+    """Data lines without a blank line between them join into one event: their total is bounded too."""
+    decoder = SSEDecoder(max_line_bytes=100)
+    assert decoder.feed(b"data: " + b"x" * 60 + b"\n") == []
+    with pytest.raises(MalformedStreamError, match="event"):
+        for _ in range(100):
+            decoder.feed(b"data: " + b"x" * 60 + b"\n")
+
+
+def test_event_data_at_the_limit_passes() -> None:
+    """Data lines joining to exactly max_line_bytes (with their newlines) make one event."""
+    decoder = SSEDecoder(max_line_bytes=100)
+    assert decoder.feed(b"data: " + b"a" * 49 + b"\ndata: " + b"b" * 50 + b"\n\n") == [
+        event("a" * 49 + "\n" + "b" * 50)
+    ]
+
+
+def test_limit_resets_after_each_line_and_event() -> None:
+    """Many lines and events, each under the limit, never add up to an error."""
+    decoder = SSEDecoder(max_line_bytes=100)
+    stream = (b"event: chunk\ndata: " + b"x" * 90 + b"\n\n") * 1000
+    assert len(decoder.feed(stream)) == 1000
+    for chunk in pieces(stream, 33):
+        decoder.feed(chunk)
+
+
+def test_line_limit_must_be_positive() -> None:
+    """A limit below 1 is a ValueError naming the option."""
+    with pytest.raises(ValueError, match="max_line_bytes"):
+        SSEDecoder(max_line_bytes=0)
+
+
+@pytest.mark.parametrize("digits", [19, 20, 5000])
+def test_retry_too_long_for_the_trace_is_ignored(digits: int) -> None:
+    """A retry of 19 digits or more is ignored (it may not fit the trace's int64; 5000 digits broke int())."""
+    assert decode(b"retry: " + b"9" * digits + b"\ndata: x\n\n") == [event("x")]
+    assert decode(b"retry: " + b"9" * 18 + b"\ndata: x\n\n") == [event("x", retry=10**18 - 1)]
+
+
+def test_trickled_line_costs_its_bytes_not_a_python_object_per_byte() -> None:
+    """A line sent one byte at a time is held in about its own size (bounded by the limit), not 40x that."""
+    import tracemalloc
+
+    limit = 100_000
+    decoder = SSEDecoder(max_line_bytes=limit)
+    tracemalloc.start()
+    try:
+        start, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        with pytest.raises(MalformedStreamError):
+            for _ in range(limit + 1):
+                decoder.feed(b"x")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak - start < 3 * limit
