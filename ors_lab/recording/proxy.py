@@ -59,14 +59,11 @@ from ors_lab.events import (
     ResultEvent,
     Subscriber,
 )
-from ors_lab.protocol.call import CallAssembler
+from ors_lab.protocol.call import MAX_RESULT_BYTES, CallAssembler
 from ors_lab.protocol.errors import MalformedStreamError, ORSError, OutcomeUnknownError
 from ors_lab.recording.recorder import Recorder
 
-__all__ = ["MAX_RESULT_BYTES", "OUTCOME_UNKNOWN_STATUS", "RecordingProxy", "run_proxy", "serve_proxy"]
-
-MAX_RESULT_BYTES = 256 * 1024 * 1024
-"""The default bound on one ``/call`` response body, and on any unfinished SSE event."""
+__all__ = ["OUTCOME_UNKNOWN_STATUS", "RecordingProxy", "run_proxy", "serve_proxy"]
 
 OUTCOME_UNKNOWN_STATUS = 424
 """The status of a first ``/call`` whose upstream hung up before its ``task_id`` (Failed Dependency).
