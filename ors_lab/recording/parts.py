@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ors_lab.protocol.errors import TraceFormatError
-from ors_lab.recording.schema import METADATA_SCHEMA_VERSION, METADATA_SERVERS, READABLE_VERSIONS
+from ors_lab.recording.schema import METADATA_SCHEMA_VERSION, METADATA_SERVERS, READABLE_VERSIONS, upgrade
 
 __all__ = [
     "PART",
@@ -37,6 +37,7 @@ __all__ = [
     "part_format",
     "part_schema",
     "parts_dir",
+    "read_checked",
     "read_part",
     "read_trace_file",
     "remove_stale",
@@ -96,6 +97,19 @@ def _read(path: Path, kind: str, columns: list[str] | None, *, hint: str) -> pa.
         detail = f"; {hint}" if hint else ""
         raise TraceFormatError(f"{path} is not a readable {kind} file: {exc}{detail}") from exc
     return table
+
+
+def read_checked(path: Path, *, part: bool) -> pa.Table:
+    """A part (``part=True``) or a compacted trace, read, validated, its metadata checked, and made this
+    schema version (``upgrade``): the one way every reader of trace files takes. ``TraceFormatError``
+    names the file and what is wrong with it."""
+    table = read_part(path) if part else read_trace_file(path)
+    kind = part_format(path) if part else "Parquet"
+    metadata = check_metadata(path, table.schema.metadata, kind)
+    try:
+        return upgrade(table, metadata[METADATA_SCHEMA_VERSION.decode()])
+    except ValueError as exc:
+        raise TraceFormatError(f"{path} {exc}" + (f"; {BAD_PART_HINT}" if part else "")) from exc
 
 
 def part_schema(path: Path) -> pa.Schema:
@@ -180,7 +194,7 @@ def reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
     servers: set[str] = set()
     for part in existing:
         servers |= set(check_appendable(part, part=True))
-        table = read_part(part, columns=["seq", "t_ns"])
+        table = read_checked(part, part=True)  # whole: a damaged part is found now, not when close() compacts
         if table.num_rows:
             last_seq = max(last_seq, int(pc.max(table["seq"]).as_py()))
             last_ns = max(last_ns, int(pc.max(table["t_ns"]).as_py()))

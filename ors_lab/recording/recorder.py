@@ -44,9 +44,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ors_lab.events import Event
-from ors_lab.protocol.errors import TraceFormatError
 from ors_lab.recording.lock import LOCK_NAME, TraceLock
-from ors_lab.recording.parts import PART, part_files, parts_dir, read_part, remove_stale, reopen
+from ors_lab.recording.parts import PART, part_files, parts_dir, read_checked, remove_stale, reopen
 from ors_lab.recording.redact import Redactor
 from ors_lab.recording.rows import Rows
 from ors_lab.recording.schema import (
@@ -58,7 +57,6 @@ from ors_lab.recording.schema import (
     METADATA_VERSION,
     SCHEMA,
     SCHEMA_VERSION,
-    upgrade,
 )
 from ors_lab.version import __version__
 
@@ -83,7 +81,14 @@ class Recorder:
     """Records events into the Parquet trace at ``path``: ``Client(url, recorder=rec)``, or subscribe it.
 
     ``with Recorder("recordings/run.parquet") as rec:`` (or ``async with``) closes and compacts it
-    at the end. ``redact_headers`` and ``redact_patterns`` add to the default redactions.
+    at the end. Secrets are redacted before anything is written (``ors_lab.recording.redact``):
+    ``redact_names`` adds header, query parameter and JSON key names to the default sensitive ones
+    (any case; ``-`` and ``_`` alike), ``redact_patterns`` regular expressions whose matches are
+    replaced in every text.
+
+    One recorder writes a trace at a time: it holds a lock in ``PATH.parts`` from here until
+    ``close()`` (``ors_lab.recording.lock``); another recorder on the same trace, in this process
+    or another, raises ``TraceLockedError`` naming it.
     """
 
     def __init__(
@@ -91,7 +96,7 @@ class Recorder:
         path: str | os.PathLike[str],
         *,
         run_id: str | None = None,
-        redact_headers: Iterable[str] = (),
+        redact_names: Iterable[str] = (),
         redact_patterns: Iterable[str] = (),
         flush_interval: float = 0.5,
         part_rows: int = 8_192,
@@ -126,7 +131,7 @@ class Recorder:
         except BaseException:
             self._lock_file.release()
             raise
-        self.redactor = Redactor(redact_headers, redact_patterns)
+        self.redactor = Redactor(redact_names, redact_patterns)
         self.flush_interval = flush_interval
         self.compression = compression
         self.created = dt.datetime.now(dt.UTC)
@@ -351,13 +356,7 @@ class Recorder:
                 pending: list[pa.Table] = []
                 rows = 0
                 for part in part_files(self.parts):
-                    table = read_part(part)  # validated: a part damaged on disk is a TraceFormatError naming it
-                    version = (table.schema.metadata or {}).get(METADATA_SCHEMA_VERSION, b"").decode("utf-8", "replace")
-                    if version != SCHEMA_VERSION:
-                        try:
-                            table = upgrade(table, version)
-                        except ValueError as exc:
-                            raise TraceFormatError(f"{part} {exc}") from exc
+                    table = read_checked(part, part=True)  # validated, this version: damage is a TraceFormatError
                     pending.append(table)
                     rows += table.num_rows
                     if rows >= COMPACT_ROWS:
