@@ -14,6 +14,7 @@ from ors_lab.protocol.errors import (
     StreamError,
     ToolError,
     TraceFormatError,
+    TraceLockedError,
     UnknownTaskError,
 )
 from ors_lab.protocol.models import (
@@ -56,5 +57,6 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "TraceFormatError",
+    "TraceLockedError",
     "UnknownTaskError",
 ]

@@ -16,6 +16,7 @@
     │                               `task_id`: the tool may or may not have run, so it is not sent again
     ├── SessionClosedError          the session was closed (or found dead) before this use
     └── TraceFormatError            a trace is missing, unreadable, or not an ors_lab trace of this version
+        └── TraceLockedError        another recorder is writing the trace (``holder``: its pid, host, since)
 
 Network failures the retries could not mend stay httpx2 errors (``httpx2.ConnectError`` and kin).
 An ORS *logic* failure (unknown tool, invalid input, finished episode) is not an exception: it is a
@@ -39,6 +40,7 @@ __all__ = [
     "StreamError",
     "ToolError",
     "TraceFormatError",
+    "TraceLockedError",
     "UnknownTaskError",
 ]
 
@@ -146,3 +148,17 @@ class SessionClosedError(ORSError):
 
 class TraceFormatError(ORSError):
     """A trace is missing, unreadable, not an ors_lab trace, or of a schema version this one cannot read."""
+
+
+class TraceLockedError(TraceFormatError):
+    """Another recorder holds the trace's lock: one writer per trace at a time.
+
+    ``path`` is the trace; ``holder`` what its lock file says of the writer (``pid``, ``host``,
+    ``run_id``, ``since``), empty when it said nothing readable.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, holder: dict[str, Any] | None = None,
+                 **context: Any) -> None:  # fmt: skip
+        super().__init__(message, **context)
+        self.path = path
+        self.holder = dict(holder or {})

@@ -3,26 +3,54 @@
 While a trace at ``PATH`` is recorded, its rows land in ``PATH.parts/part-NNNNNNNNN.arrow``
 (Arrow IPC, each written to a hidden temporary name and renamed, so a part is whole or absent); a
 finished trace appended to becomes ``PATH.parts/part-000000000.parquet`` among them. ``close()``
-compacts them into ``PATH``. This module names them and reads them.
+compacts them into ``PATH``. The writer holds ``PATH.parts/.lock`` (``ors_lab.recording.lock``).
+This module names them and reads them.
+
+Every file is read whole into memory, never memory-mapped, and validated before any of it is used
+(``Table.validate(full=True)``: offsets, lengths, UTF-8): a part changed on disk, by a bad block, a
+bad copy or a hand, is a ``TraceFormatError`` naming the file and what is wrong, never a crash.
+Only names ``part-`` + nine digits + ``.arrow`` or ``.parquet`` are parts: hidden temporary files
+(``.part-*.tmp``), the lock and anything else in the folder are not read.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ors_lab.protocol.errors import TraceFormatError
-from ors_lab.recording.schema import METADATA_SCHEMA_VERSION, METADATA_SERVERS, READABLE_VERSIONS
+from ors_lab.recording.schema import METADATA_SCHEMA_VERSION, METADATA_SERVERS, READABLE_VERSIONS, upgrade
 
-__all__ = ["PART", "PART_GLOB", "check_appendable", "part_format", "part_schema", "parts_dir", "read_part", "reopen"]
+__all__ = [
+    "PART",
+    "PART_GLOB",
+    "check_appendable",
+    "check_metadata",
+    "part_files",
+    "part_format",
+    "part_schema",
+    "parts_dir",
+    "read_checked",
+    "read_part",
+    "read_trace_file",
+    "remove_stale",
+    "reopen",
+]
 
 PART_GLOB = "part-*"  # part-NNNNNNNNN.arrow, and .parquet: a compacted trace appended to
 PART = ".arrow"
+PART_NAME = re.compile(r"part-(\d{9})\.(arrow|parquet)")
+BAD_PART_HINT = (
+    "move it out of the parts folder to go on without its rows, or read the other parts with "
+    "load_trace(path, skip_bad_parts=True)"
+)
 
 
 def parts_dir(path: Path) -> Path:
@@ -30,22 +58,72 @@ def parts_dir(path: Path) -> Path:
     return path.with_name(path.name + ".parts")
 
 
+def part_files(parts: Path) -> list[Path]:
+    """The parts in ``parts``, in order (only ``part-NNNNNNNNN.arrow`` / ``.parquet``: no temporary file)."""
+    try:
+        names = [entry.name for entry in os.scandir(parts) if PART_NAME.fullmatch(entry.name)]
+    except FileNotFoundError:
+        return []
+    return [parts / name for name in sorted(names)]
+
+
 def read_part(path: Path, columns: list[str] | None = None) -> pa.Table:
     """One part of an unfinished trace (an Arrow IPC ``.arrow`` file, or a ``.parquet`` one), as written
-    (``upgrade`` it to this schema version before mixing it with others)."""
-    if path.suffix == PART:
-        with pa.memory_map(str(path)) as source:
-            table = pa.ipc.open_file(source).read_all()  # memory-mapped: selecting columns copies nothing
-        return table if columns is None else table.select(columns)
-    return pq.read_table(path, columns=columns)  # a compacted trace appended to can be large: read only these
+    (``upgrade`` it to this schema version before mixing it with others), read whole and validated.
+
+    ``TraceFormatError`` names the part and what is wrong with it."""
+    return _read(path, part_format(path), columns, hint=BAD_PART_HINT)
+
+
+def read_trace_file(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """A compacted trace (Parquet, whatever its name), read and validated; ``TraceFormatError`` if unreadable."""
+    return _read(path, "Parquet", columns, hint="")
+
+
+def _read(path: Path, kind: str, columns: list[str] | None, *, hint: str) -> pa.Table:
+    try:
+        if kind == "Arrow IPC":
+            # read into memory, not mapped: a corrupt offset in a mapped file reads past its end (SIGSEGV)
+            with pa.ipc.open_file(pa.py_buffer(path.read_bytes())) as reader:
+                table = reader.read_all()
+            if columns is not None:
+                table = table.select(columns)
+        else:
+            table = pq.read_table(path, columns=columns)
+        table.validate(full=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # whatever a damaged file makes the reader raise: pyarrow's errors, MemoryError, ...
+        detail = f"; {hint}" if hint else ""
+        raise TraceFormatError(f"{path} is not a readable {kind} file: {exc}{detail}") from exc
+    return table
+
+
+def read_checked(path: Path, *, part: bool) -> pa.Table:
+    """A part (``part=True``) or a compacted trace, read, validated, its metadata checked, and made this
+    schema version (``upgrade``): the one way every reader of trace files takes. ``TraceFormatError``
+    names the file and what is wrong with it."""
+    table = read_part(path) if part else read_trace_file(path)
+    kind = part_format(path) if part else "Parquet"
+    metadata = check_metadata(path, table.schema.metadata, kind)
+    try:
+        return upgrade(table, metadata[METADATA_SCHEMA_VERSION.decode()])
+    except ValueError as exc:
+        raise TraceFormatError(f"{path} {exc}" + (f"; {BAD_PART_HINT}" if part else "")) from exc
 
 
 def part_schema(path: Path) -> pa.Schema:
-    """The schema (and metadata) of one part, without reading its rows."""
-    if path.suffix == PART:
-        with pa.memory_map(str(path)) as source:
-            return pa.ipc.open_file(source).schema
-    return pq.read_schema(path)
+    """The schema (and metadata) of one part, without reading its rows; ``TraceFormatError`` if unreadable."""
+    kind = part_format(path)
+    try:
+        if kind == "Arrow IPC":
+            with pa.OSFile(str(path)) as source, pa.ipc.open_file(source) as reader:
+                return reader.schema
+        return pq.read_schema(path)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        raise TraceFormatError(f"{path} is not a readable {kind} file: {exc}; {BAD_PART_HINT}") from exc
 
 
 def part_format(path: Path) -> str:
@@ -53,17 +131,61 @@ def part_format(path: Path) -> str:
     return "Arrow IPC" if path.suffix == PART else "Parquet"
 
 
+def check_metadata(path: Path, metadata: dict[bytes, bytes] | None, kind: str = "Parquet") -> dict[str, Any]:
+    """A trace file's ``ors_lab.*`` metadata, decoded and checked: ``TraceFormatError`` naming the file,
+    the key and what is wrong (a version this ors_lab cannot read, text that is not UTF-8, servers
+    that are not a JSON list of strings)."""
+    metadata = metadata or {}
+    out: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if not key.startswith(b"ors_lab."):
+            continue
+        try:
+            out[key.decode()] = value.decode()
+        except UnicodeDecodeError as exc:
+            raise TraceFormatError(f"{path} has metadata {key!r} that is not UTF-8 text ({exc})") from exc
+    version = out.get(METADATA_SCHEMA_VERSION.decode())
+    if version is None:
+        raise TraceFormatError(f"{path} is {kind} but not an ors_lab trace (no schema version in its metadata)")
+    if version not in READABLE_VERSIONS:
+        raise TraceFormatError(
+            f"{path} has trace schema version {version}; this ors_lab reads versions {', '.join(READABLE_VERSIONS)}"
+        )
+    servers_key = METADATA_SERVERS.decode()
+    try:
+        servers = json.loads(out.get(servers_key, "[]"))
+    except ValueError as exc:
+        raise TraceFormatError(f"{path} has metadata {servers_key} that is not JSON: {exc}") from exc
+    if not (isinstance(servers, list) and all(isinstance(s, str) for s in servers)):
+        raise TraceFormatError(f"{path} has metadata {servers_key} that is not a JSON list of URLs: {servers!r:.80}")
+    out[servers_key] = servers
+    return out
+
+
+def remove_stale(path: Path, parts: Path) -> None:
+    """Remove what a writer killed mid-write left (half-written parts, a half-compacted file).
+
+    Call it only holding the trace's lock: then no live writer owns them."""
+    for stale in (*parts.glob(".part-*.tmp"), path.with_name(f".{path.name}.tmp")):
+        stale.unlink(missing_ok=True)
+
+
 def reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
     """Make the trace at ``path`` (compacted, or the parts of a killed run) parts again, to append to.
 
     Returns the next part number, the next sequence number, the next ``t_ns`` and the servers seen.
-    A compacted file becomes the first part (renamed: whole or absent, at any moment).
+    A compacted file becomes the first part (renamed: whole or absent, at any moment). Call it
+    holding the trace's lock. Every part is read and validated first: a bad one is a
+    ``TraceFormatError`` naming it, and nothing is changed.
     """
     parts.mkdir(parents=True, exist_ok=True)
-    for stale in parts.glob(".part-*.tmp"):  # a part half-written when the process died
-        stale.unlink()
-    existing = sorted(parts.glob(PART_GLOB))
+    remove_stale(path, parts)
+    existing = part_files(parts)
     if path.is_file():
+        if existing and _compacted_from(path, existing):  # killed after compacting, before removing the parts
+            for part in existing:
+                part.unlink()
+            existing = []
         if existing:
             raise FileExistsError(f"{path} is a finished trace, yet {parts} holds parts too; remove one of them")
         check_appendable(path, part=False)
@@ -73,27 +195,44 @@ def reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
     if not existing:
         return 0, 0, 0, set()
     last_seq, last_ns = -1, -1
+    servers: set[str] = set()
     for part in existing:
-        check_appendable(part, part=True)
-        table = read_part(part, columns=["seq", "t_ns"])
+        servers |= set(check_appendable(part, part=True))
+        table = read_checked(part, part=True)  # whole: a damaged part is found now, not when close() compacts
         if table.num_rows:
             last_seq = max(last_seq, int(pc.max(table["seq"]).as_py()))
             last_ns = max(last_ns, int(pc.max(table["t_ns"]).as_py()))
-    metadata = part_schema(existing[-1]).metadata or {}
-    servers = set(json.loads(metadata.get(METADATA_SERVERS, b"[]")))
     return int(existing[-1].name[5:14]) + 1, last_seq + 1, last_ns + 1, servers
 
 
-def check_appendable(path: Path, *, part: bool) -> None:
-    """Refuse to append to a file (a compacted trace, whatever its name, or a part) of no readable schema version."""
+def _compacted_from(path: Path, parts: list[Path]) -> bool:
+    """True when the compacted trace ``path`` holds exactly the rows of ``parts`` (their run and seq, in order)."""
     try:
-        metadata = (part_schema(path) if part else pq.read_schema(path)).metadata or {}
-    except (pa.ArrowInvalid, OSError) as exc:
-        kind = part_format(path) if part else "Parquet"
-        raise TraceFormatError(f"cannot append to {path}: it is not a readable {kind} file ({exc})") from exc
-    version = metadata.get(METADATA_SCHEMA_VERSION, b"").decode()
-    if version not in READABLE_VERSIONS:
-        raise TraceFormatError(
-            f"cannot append to {path}: its trace schema version is {version or 'missing'}, this ors_lab reads "
-            f"{', '.join(READABLE_VERSIONS)}"
-        )
+        compacted = read_trace_file(path, columns=["run_id", "seq"])
+        tables = [read_part(part, columns=["run_id", "seq"]) for part in parts]
+    except TraceFormatError:
+        return False
+    try:
+        together = pa.concat_tables([table.cast(compacted.schema) for table in tables])
+    except pa.ArrowException:
+        return False
+    return bool(together.num_rows == compacted.num_rows and together.equals(compacted))
+
+
+def check_appendable(path: Path, *, part: bool) -> list[str]:
+    """Refuse to append to a file (a compacted trace, whatever its name, or a part) of no readable schema
+    version or unreadable metadata; returns the servers it names."""
+    kind = part_format(path) if part else "Parquet"
+    if part:
+        schema = part_schema(path)  # its error names the part and what to do
+    else:
+        try:
+            schema = pq.read_schema(path)
+        except Exception as exc:
+            raise TraceFormatError(f"cannot append to {path}: it is not a readable {kind} file ({exc})") from exc
+    try:
+        metadata = check_metadata(path, schema.metadata, kind)
+    except TraceFormatError as exc:
+        raise TraceFormatError(f"cannot append: {exc}") from exc
+    servers: list[str] = metadata[METADATA_SERVERS.decode()]
+    return servers

@@ -44,7 +44,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ors_lab.events import Event
-from ors_lab.recording.parts import PART, PART_GLOB, parts_dir, read_part, reopen
+from ors_lab.recording.lock import LOCK_NAME, TraceLock
+from ors_lab.recording.parts import PART, part_files, parts_dir, read_checked, remove_stale, reopen
 from ors_lab.recording.redact import Redactor
 from ors_lab.recording.rows import Rows
 from ors_lab.recording.schema import (
@@ -56,7 +57,6 @@ from ors_lab.recording.schema import (
     METADATA_VERSION,
     SCHEMA,
     SCHEMA_VERSION,
-    upgrade,
 )
 from ors_lab.version import __version__
 
@@ -71,6 +71,9 @@ DICTIONARY_COLUMNS = [
 ]  # fmt: skip
 """The columns compaction dictionary-encodes: those whose values repeat (the others would only pay for a
 dictionary they overflow). Measured on evaluation traces: a quarter smaller, and cheaper to write."""
+_EXISTS = (
+    "{path} already holds a trace; pass append=True to add to it, overwrite=True to replace it, or choose another path"
+)
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(use_threads=False)  # no pool threads taking the cores from the client
 
 
@@ -78,7 +81,14 @@ class Recorder:
     """Records events into the Parquet trace at ``path``: ``Client(url, recorder=rec)``, or subscribe it.
 
     ``with Recorder("recordings/run.parquet") as rec:`` (or ``async with``) closes and compacts it
-    at the end. ``redact_headers`` and ``redact_patterns`` add to the default redactions.
+    at the end. Secrets are redacted before anything is written (``ors_lab.recording.redact``):
+    ``redact_names`` adds header, query parameter and JSON key names to the default sensitive ones
+    (any case; ``-`` and ``_`` alike), ``redact_patterns`` regular expressions whose matches are
+    replaced in every text.
+
+    One recorder writes a trace at a time: it holds a lock in ``PATH.parts`` from here until
+    ``close()`` (``ors_lab.recording.lock``); another recorder on the same trace, in this process
+    or another, raises ``TraceLockedError`` naming it.
     """
 
     def __init__(
@@ -86,7 +96,7 @@ class Recorder:
         path: str | os.PathLike[str],
         *,
         run_id: str | None = None,
-        redact_headers: Iterable[str] = (),
+        redact_names: Iterable[str] = (),
         redact_patterns: Iterable[str] = (),
         flush_interval: float = 0.5,
         part_rows: int = 8_192,
@@ -101,18 +111,27 @@ class Recorder:
         self.part_rows = part_rows  # checked before anything is on disk
         if not flush_interval > 0:
             raise ValueError(f"flush_interval is in seconds and must be above 0, not {flush_interval!r}")
-        if not (overwrite or append) and (self.path.exists() or self.parts.exists()):
-            raise FileExistsError(
-                f"{self.path} already holds a trace; pass append=True to add to it, overwrite=True to replace it, "
-                "or choose another path"
-            )
-        if overwrite:
-            self.path.unlink(missing_ok=True)
-            shutil.rmtree(self.parts, ignore_errors=True)
-        first_part, first_seq, first_ns, servers = reopen(self.path, self.parts) if append else (0, 0, 0, set())
-        self.parts.mkdir(parents=True, exist_ok=append)
+        if not (overwrite or append) and self.path.exists():
+            raise FileExistsError(_EXISTS.format(path=self.path))
         self.run_id = run_id or uuid.uuid4().hex
-        self.redactor = Redactor(redact_headers, redact_patterns)
+        # one writer per trace: the lock comes before anything of the trace is read, changed or removed
+        self._lock_file = TraceLock(self.path, self.parts, run_id=self.run_id)
+        self._lock_file.acquire()
+        try:
+            if overwrite:
+                self.path.unlink(missing_ok=True)
+                for entry in self.parts.iterdir():
+                    if entry.name != LOCK_NAME:
+                        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            elif not append:
+                remove_stale(self.path, self.parts)
+                if self.path.exists() or part_files(self.parts):  # a run killed before its close left parts
+                    raise FileExistsError(_EXISTS.format(path=self.path))
+            first_part, first_seq, first_ns, servers = reopen(self.path, self.parts) if append else (0, 0, 0, set())
+        except BaseException:
+            self._lock_file.release()
+            raise
+        self.redactor = Redactor(redact_names, redact_patterns)
         self.flush_interval = flush_interval
         self.compression = compression
         self.created = dt.datetime.now(dt.UTC)
@@ -282,9 +301,13 @@ class Recorder:
         name = f"part-{self._part_index:09d}{PART}"
         self._part_index += 1
         tmp = self.parts / f".{name}.tmp"
-        with pa.ipc.new_file(tmp, table.schema, options=IPC_OPTIONS) as writer:
-            writer.write_table(table)
-        os.replace(tmp, self.parts / name)
+        try:
+            with pa.ipc.new_file(tmp, table.schema, options=IPC_OPTIONS) as writer:
+                writer.write_table(table)
+            os.replace(tmp, self.parts / name)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no half-written part behind
+            raise
 
     def _metadata(self, partial: bool) -> dict[bytes, bytes]:
         return {
@@ -308,8 +331,15 @@ class Recorder:
         self._writer.join()
         self._closed = True
         if self._error is not None:
+            self._lock_file.release()
             raise RuntimeError(f"the trace writer failed; the parts are kept in {self.parts}") from self._error
-        self._compact()
+        try:
+            self._compact()
+        except BaseException:
+            self._lock_file.release()  # the parts stay, whole: append=True takes them up again
+            raise
+        shutil.rmtree(self.parts, ignore_errors=True)  # the lock file with them; the lock goes when released
+        self._lock_file.release()
 
     @property
     def closed(self) -> bool:
@@ -317,24 +347,28 @@ class Recorder:
         return self._closed
 
     def _compact(self) -> None:
+        """Write the parts, in order, as the Parquet file ``path`` (a hidden temporary file, renamed into place)."""
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         schema = SCHEMA.with_metadata(self._metadata(partial=False))
-        with pq.ParquetWriter(tmp, schema, compression=self.compression, use_dictionary=DICTIONARY_COLUMNS) as writer:
-            pending: list[pa.Table] = []
-            rows = 0
-            for part in sorted(self.parts.glob(PART_GLOB)):
-                table = read_part(part)
-                version = (table.schema.metadata or {}).get(METADATA_SCHEMA_VERSION, b"").decode()
-                pending.append(upgrade(table, version) if version != SCHEMA_VERSION else table)
-                rows += table.num_rows
-                if rows >= COMPACT_ROWS:
+        try:
+            with pq.ParquetWriter(tmp, schema, compression=self.compression,
+                                  use_dictionary=DICTIONARY_COLUMNS) as writer:  # fmt: skip
+                pending: list[pa.Table] = []
+                rows = 0
+                for part in part_files(self.parts):
+                    table = read_checked(part, part=True)  # validated, this version: damage is a TraceFormatError
+                    pending.append(table)
+                    rows += table.num_rows
+                    if rows >= COMPACT_ROWS:
+                        writer.write_table(pa.concat_tables(pending).replace_schema_metadata(schema.metadata))
+                        pending, rows = [], 0
+                        pa.default_memory_pool().release_unused()
+                if pending:
                     writer.write_table(pa.concat_tables(pending).replace_schema_metadata(schema.metadata))
-                    pending, rows = [], 0
-                    pa.default_memory_pool().release_unused()
-            if pending:
-                writer.write_table(pa.concat_tables(pending).replace_schema_metadata(schema.metadata))
-        os.replace(tmp, self.path)
-        shutil.rmtree(self.parts)
+            os.replace(tmp, self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def __enter__(self) -> Self:
         return self

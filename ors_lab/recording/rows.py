@@ -251,15 +251,12 @@ class Rows:
             columns["layer"] = ["agent" if a else layer for a in columns.pop("agent")] if wire else [layer] * rows
             if base is RequestEvent:
                 columns["headers"] = self._headers_column(kind, columns["headers"])
-                redact, patterns = self.redactor.body, self._patterns
-                columns["body"] = [
-                    redact(url, b) if b and (patterns or b"secrets" in b) else b
-                    for url, b in zip(columns["url"], columns["body"], strict=True)
-                ]
+                redact = self.redactor.body  # parses only a body that may hold a sensitive key
+                columns["body"] = [redact(b) if b else b for b in columns["body"]]
             elif base is ResponseEvent:
                 columns["headers"] = self._headers_column(kind, columns["headers"])
                 if self._patterns:
-                    columns["body"] = [self.redactor.body("", b) if b else b for b in columns["body"]]
+                    columns["body"] = [self.redactor.patterns_in(b) if b else b for b in columns["body"]]
 
         return take, names, finish
 
@@ -285,6 +282,10 @@ class Rows:
             rows = len(columns["t_ns"])
             columns["kind"] = [kind.kind] * rows  # type: ignore[attr-defined]
             columns["layer"] = ["agent"] * rows
+            if own_input or call_input or episode:  # a tool input, as its /call body is: sensitive keys redacted
+                redact = self.redactor.json_text
+                columns["input"] = [redact(text) for text in columns["input"]]
+                columns["data"] = [redact(text) for text in columns["data"]]
 
         return take, ("session_id", "rollout", "t_ns", "data", "input", *typed_names), finish
 
@@ -306,7 +307,7 @@ class Rows:
                 e.body, e.t_ns)  # fmt: skip
 
     def _open(self, kind: type, e: OpenEvent) -> Item:
-        task = compact_json(e.task)
+        task = self.redactor.json_text(compact_json(e.task))
         if e.session_id is not None:
             given = (e.environment, e.split, e.task_index, task)
             self._sessions[e.session_id] = _merged(self._sessions.get(e.session_id), given)
@@ -337,7 +338,11 @@ class Rows:
         url, creates = self._url(row["url"]) if row["url"] is not None else (None, False)
         row["url"] = url
         if row["body"]:
-            row["body"] = self.redactor.body(url or "", row["body"])
+            redact = self.redactor.body if kind == "request" else self.redactor.patterns_in
+            row["body"] = redact(row["body"])
+        for name in ("input", "task"):  # JSON text: its sensitive keys redacted, as in a request body
+            if row[name] is not None:
+                row[name] = self.redactor.json_text(row[name])
         row["kind"] = kind
         if row["layer"] is None:
             row["layer"] = KIND_LAYER.get(kind, "agent")
@@ -432,13 +437,14 @@ class Rows:
         return compact_json(self.redactor.header_items(items))
 
     def _body_meaning(self, parse: Callable[[bytes | None], tuple[Any, ...]], body: bytes | None) -> tuple[Any, ...]:
-        """``parse(body)`` (a /create body's context, a /call body's tool and input), cached by body."""
+        """``parse(body)`` (a /create body's context, a /call body's tool and input) of the body as it is
+        written, its secrets redacted; cached by body."""
         if not isinstance(body, bytes):
             return parse(body)
         key = (parse, body)
         known = self._bodies.get(key)
         if known is None:
-            known = parse(body)
+            known = parse(self.redactor.body(body) if body else body)
             if len(self._bodies) >= BODIES:
                 self._bodies.clear()
             self._bodies[key] = known

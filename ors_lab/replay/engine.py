@@ -31,7 +31,7 @@ from typing import Any
 
 from ors_lab.analysis.trace import Trace, load_trace
 from ors_lab.replay.faults import Fault
-from ors_lab.replay.recorded import Exchange, Item, Recording
+from ors_lab.replay.recorded import Exchange, Item, Recording, matches
 
 __all__ = [
     "DROP_HEADERS",
@@ -161,7 +161,7 @@ class ReplayEngine:
     def _stateless(self, method: str, path: str, body: bytes) -> Answer:
         wanted = body_value(body)
         candidates = [e for e in self.recording.exchanges if e.method == method and e.path == path]
-        same = [e for e in candidates if body_value(e.body) == wanted]
+        same = [e for e in candidates if matches(body_value(e.body), wanted)]
         if not same:
             nearest = candidates[:3] or self._unplayed_nearby(None)
             differs = difference(wanted, body_value(candidates[0].body), "body") if candidates else "path"
@@ -175,7 +175,7 @@ class ReplayEngine:
         if sid is None:
             return json_answer(400, {"detail": "X-Session-ID header is required"})
         wanted = _task_identity(body)
-        waiting = self._unclaimed.get(_identity_key(body))
+        waiting = self._unclaimed.get(_identity_key(body)) or self._unclaimed_like(wanted)
         if waiting:  # in recorded order; a dict lookup, not a scan, for traces of many sessions
             recorded = waiting.popleft()
             create = self._creates[recorded]
@@ -189,6 +189,13 @@ class ReplayEngine:
         nearest = [c for r, c in self._creates.items() if r not in self._claimed][:3]
         differs = difference(wanted, _task_identity(nearest[0].body), "task") if nearest else "no unclaimed session"
         return self._mismatch(f"POST /create {short(body)}", sid, nearest, differs)
+
+    def _unclaimed_like(self, wanted: tuple[Any, ...]) -> deque[str] | None:
+        """The unclaimed sessions of a task whose recorded identity had secrets redacted, matching ``wanted``."""
+        for waiting in self._unclaimed.values():
+            if waiting and matches(list(_task_identity(self._creates[waiting[0]].body)), list(wanted)):
+                return waiting
+        return None
 
     def _in_session(self, sid: str | None, method: str, path: str, body: bytes) -> Answer:
         live = self._live.get(sid or "")
@@ -349,7 +356,7 @@ def _same_request(exchange: Exchange, method: str, path: str, request: Any) -> b
         return False
     if path.endswith("/call"):
         request = request if isinstance(request, dict) else {}
-        return bool(exchange.tool == request.get("name") and exchange.tool_input == request.get("input"))
+        return bool(exchange.tool == request.get("name") and matches(exchange.tool_input, request.get("input")))
     return True
 
 

@@ -15,8 +15,9 @@ from urllib.parse import urlsplit
 
 from ors_lab.analysis.trace import Trace
 from ors_lab.protocol.errors import TraceFormatError
+from ors_lab.recording.redact import REDACTED
 
-__all__ = ["Exchange", "Item", "Recording"]
+__all__ = ["Exchange", "Item", "Recording", "matches"]
 
 COLUMNS = [
     "run_id", "layer", "seq", "t_ns", "kind", "session_id", "call", "attempt", "exchange", "method", "url", "status",
@@ -127,7 +128,7 @@ class Recording:
                 continue
             if kind == "response":
                 exchange.status = row["status"]
-                exchange.headers = list(json.loads(row["headers"] or "{}").items())
+                exchange.headers = _headers(self.name, row)
                 exchange.response_body = row["body"]
                 exchange.head_ns = row["t_ns"]
             elif kind == "chunk":
@@ -151,6 +152,32 @@ class Recording:
         for exchange in ordered:
             if exchange.session_id is not None:
                 self.sessions.setdefault(exchange.session_id, []).append(exchange)
+
+
+def matches(recorded: Any, live: Any) -> bool:
+    """True when a live request's JSON value is the one recorded, a recorded ``"<redacted>"`` standing
+    for any value but null (the recorder redacts secrets by key: the live request sends them)."""
+    if recorded == REDACTED and isinstance(live, str | int | float | dict | list) and not isinstance(live, bool):
+        return True
+    if isinstance(recorded, dict) and isinstance(live, dict):
+        return recorded.keys() == live.keys() and all(matches(recorded[k], live[k]) for k in recorded)
+    if isinstance(recorded, list) and isinstance(live, list):
+        return len(recorded) == len(live) and all(matches(r, v) for r, v in zip(recorded, live, strict=True))
+    return bool(recorded == live)
+
+
+def _headers(name: str, row: dict[str, Any]) -> list[tuple[str, str]]:
+    """A response row's headers, as (name, value) pairs; ``TraceFormatError`` for what is not a JSON object of texts."""
+    try:
+        value = json.loads(row["headers"] or "{}")
+    except ValueError as exc:
+        where = f"{name}: the response at seq {row['seq']}"
+        raise TraceFormatError(f"{where} has headers that are not JSON: {exc}") from exc
+    if not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+        raise TraceFormatError(
+            f"{name}: the response at seq {row['seq']} has headers that are not a JSON object of texts: {value!r:.80}"
+        )
+    return list(value.items())
 
 
 def _exchange_of(row: dict[str, Any]) -> Exchange:

@@ -1,10 +1,25 @@
-"""Reading traces back: `load_trace` answers a path that holds no trace with TraceFormatError."""
+"""Reading traces back: `load_trace` answers a path that holds no trace, a damaged part and hand-edited
+metadata with TraceFormatError naming the file and what is wrong, and never crashes the process."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import ors_lab
+from ors_lab.recording.parts import parts_dir
+from ors_lab.recording.schema import METADATA_CREATED, METADATA_SCHEMA_VERSION, METADATA_SERVERS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 
 
 @pytest.mark.parametrize("path", ["", "."])
@@ -12,3 +27,191 @@ def test_a_path_without_a_file_name_is_no_trace(path: str) -> None:
     """`load_trace("")` and `load_trace(".")` raise TraceFormatError ("no trace at ..."), not a pathlib ValueError."""
     with pytest.raises(ors_lab.TraceFormatError, match="no trace at"):
         ors_lab.load_trace(path)
+
+
+RECORD_IN_PARTS = """
+import os, sys, ors_lab
+rec = ors_lab.Recorder(sys.argv[1], flush_interval=3600)
+for n in range(3):
+    for call in range(4):
+        rec.emit("request", session_id=f"s{n}", call=call, method="POST", url="http://127.0.0.1:1/lab/call",
+                 body=b'{"name":"step","input":{"value":1}}')
+        rec.emit("result", session_id=f"s{n}", call=call, ok=True, reward=1.0, finished=call == 3)
+    rec.flush()
+os._exit(0)  # as a killed run: the parts stay, and no one holds them
+"""
+
+
+@pytest.fixture(scope="module")
+def parts_of_a_killed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A recording left as parts by a process that died before close(): one part per session, four calls each."""
+    path = tmp_path_factory.mktemp("killed") / "run.parquet"
+    subprocess.run([sys.executable, "-c", RECORD_IN_PARTS, str(path)], env=CHILD_ENV, timeout=120, check=True)
+    return path
+
+
+def _record_in_parts(path: Path, source: Path) -> None:
+    shutil.copytree(parts_dir(source), parts_dir(path))
+
+
+def _break_run_id_offsets(part: Path) -> None:
+    """Flip the first byte of the ``run_id`` column's offsets in an Arrow part: a reader that trusts them
+    reads far past the end of the mapped file."""
+    data = part.read_bytes()
+    buffer = pa.py_buffer(data)
+    batch = pa.ipc.open_file(buffer).get_batch(0)
+    offsets = batch.column(batch.schema.get_field_index("run_id")).buffers()[1]
+    assert offsets is not None
+    position = offsets.address - buffer.address
+    changed = bytearray(data)
+    changed[position] ^= 0xFF
+    part.write_bytes(bytes(changed))
+
+
+READ_ALL = """
+import sys, ors_lab
+try:
+    trace = ors_lab.load_trace(sys.argv[1])
+    trace.calls, trace.episodes
+    print("loaded", len(trace))
+except ors_lab.TraceFormatError as exc:
+    print("TraceFormatError", exc)
+"""
+
+
+def test_a_damaged_part_is_a_trace_format_error_not_a_crash(tmp_path: Path, parts_of_a_killed_run: Path) -> None:
+    """One flipped byte in an Arrow part: TraceFormatError naming the part (it used to be SIGSEGV in .calls)."""
+    path = tmp_path / "run.parquet"
+    _record_in_parts(path, parts_of_a_killed_run)
+    bad = parts_dir(path) / "part-000000001.arrow"
+    _break_run_id_offsets(bad)
+    done = subprocess.run([sys.executable, "-c", READ_ALL, str(path)], capture_output=True, text=True, env=CHILD_ENV,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, f"the reader died with {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.startswith(f"TraceFormatError {bad} is not a readable Arrow IPC file"), done.stdout
+    assert "skip_bad_parts=True" in done.stdout
+
+
+def test_the_other_parts_load_when_asked_and_the_skipped_one_is_named(
+    tmp_path: Path, parts_of_a_killed_run: Path
+) -> None:
+    """skip_bad_parts=True loads every good part and names the skipped one in trace.skipped; nothing else is lost."""
+    path = tmp_path / "run.parquet"
+    _record_in_parts(path, parts_of_a_killed_run)
+    bad = parts_dir(path) / "part-000000001.arrow"
+    _break_run_id_offsets(bad)
+    trace = ors_lab.load_trace(path, skip_bad_parts=True)
+    assert list(trace.skipped) == [str(bad)]
+    assert "is not a readable Arrow IPC file" in trace.skipped[str(bad)]
+    assert trace.metadata["skipped"] == [str(bad)]
+    assert sorted(set(trace.table["session_id"].to_pylist())) == ["s0", "s2"]
+    assert len(trace.calls) == 8
+    with pytest.raises(ors_lab.TraceFormatError, match=r"part-000000001\.arrow"):
+        ors_lab.Recorder(path, append=True)  # appending would lose the bad part's rows: refused, nothing changed
+    assert bad.exists() and not path.exists()
+
+
+def test_a_damaged_compacted_trace_skips_only_its_bad_row_groups(tmp_path: Path, parts_of_a_killed_run: Path) -> None:
+    """A compacted trace with a damaged row group: TraceFormatError; skip_bad_parts=True reads the other row groups."""
+    path = tmp_path / "run.parquet"
+    table = pq.read_table(_compacted(tmp_path / "src.parquet", parts_of_a_killed_run))
+    pq.write_table(table, path, row_group_size=8, compression="none")
+    meta = pq.ParquetFile(path).metadata
+    assert meta.num_row_groups == 3
+    column = meta.row_group(1).column(meta.schema.names.index("session_id"))
+    data = bytearray(path.read_bytes())
+    start = column.data_page_offset
+    data[start : start + 40] = b"\xff" * 40  # the page header: the row group cannot be decoded
+    path.write_bytes(bytes(data))
+    with pytest.raises(ors_lab.TraceFormatError, match=f"{path}"):
+        ors_lab.load_trace(path)
+    trace = ors_lab.load_trace(path, skip_bad_parts=True)
+    assert list(trace.skipped) == [f"{path} row group 1"]
+    assert trace.table["seq"].to_pylist() == [*range(8), *range(16, 24)]
+
+
+def _compacted(path: Path, source: Path) -> Path:
+    _record_in_parts(path, source)
+    ors_lab.Recorder(path, append=True).close()
+    return path
+
+
+def _edit_metadata(path: Path, **changes: bytes | None) -> None:
+    table = pq.read_table(path)
+    metadata = dict(table.schema.metadata or {})
+    for key, value in changes.items():
+        name = {"version": METADATA_SCHEMA_VERSION, "servers": METADATA_SERVERS, "created": METADATA_CREATED}[key]
+        if value is None:
+            metadata.pop(name, None)
+        else:
+            metadata[name] = value
+    pq.write_table(table.replace_schema_metadata(metadata), path)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"servers": b"[not json"}, r"metadata ors_lab.servers that is not JSON"),
+        ({"servers": b'{"a": 1}'}, r"metadata ors_lab.servers that is not a JSON list of URLs"),
+        ({"servers": b"[1, 2]"}, r"metadata ors_lab.servers that is not a JSON list of URLs"),
+        ({"created": b"\xff\xfe"}, r"metadata b'ors_lab.created' that is not UTF-8 text"),
+        ({"version": b"\xff"}, r"metadata b'ors_lab.schema_version' that is not UTF-8 text"),
+        ({"version": None}, r"is Parquet but not an ors_lab trace"),
+    ],
+    ids=["servers-not-json", "servers-object", "servers-numbers", "created-not-utf8", "version-not-utf8", "no-version"],
+)
+def test_hand_edited_metadata_is_a_trace_format_error(
+    tmp_path: Path, parts_of_a_killed_run: Path, changes: dict[str, bytes], message: str
+) -> None:
+    """Metadata that is not UTF-8, servers not a JSON list: TraceFormatError with the path, on load and on append."""
+    path = _compacted(tmp_path / "run.parquet", parts_of_a_killed_run)
+    _edit_metadata(path, **changes)
+    with pytest.raises(ors_lab.TraceFormatError, match=message) as caught:
+        ors_lab.load_trace(path)
+    assert str(path) in str(caught.value)
+    with pytest.raises(ors_lab.TraceFormatError, match=message):
+        ors_lab.Recorder(path, append=True)
+    assert path.is_file() and not any(parts_dir(path).glob("part-*"))
+
+
+def test_null_in_a_never_null_column_is_a_trace_format_error(tmp_path: Path, parts_of_a_killed_run: Path) -> None:
+    """A foreign trace with a null seq: TraceFormatError naming the column, not a pandas error later."""
+    path = _compacted(tmp_path / "run.parquet", parts_of_a_killed_run)
+    table = pq.read_table(path)
+    seq = pa.array([None, *table["seq"].to_pylist()[1:]], pa.int64())
+    table = table.set_column(table.schema.get_field_index("seq"), pa.field("seq", pa.int64()), seq)
+    pq.write_table(table, path)
+    with pytest.raises(ors_lab.TraceFormatError, match=r"Casting field 'seq' with null values"):
+        ors_lab.load_trace(path)
+
+
+def test_garbled_rows_are_a_trace_format_error_in_frames_and_replay(tmp_path: Path) -> None:
+    """An episode row whose data is not JSON, a response whose headers are not JSON: TraceFormatError with the path."""
+    from ors_lab.replay.recorded import Recording
+
+    path = tmp_path / "run.parquet"
+    with ors_lab.Recorder(path) as rec:
+        rec.emit("request", session_id="s", method="POST", url="http://127.0.0.1:1/create", exchange=0,
+                 body=b'{"env_name":"lab","split":"test","index":0}')  # fmt: skip
+        rec.emit("response", session_id="s", status=200, exchange=0, headers='["not", "a", "mapping"]')
+        rec.emit("episode", layer="agent", session_id="s", data="{not json", environment="lab", split="test",
+                 task_index=0, ok=True)  # fmt: skip
+    trace = ors_lab.load_trace(path)
+    with pytest.raises(ors_lab.TraceFormatError, match=f"{path}.*episodes"):
+        _ = trace.episodes
+    with pytest.raises(ors_lab.TraceFormatError, match=f"{path}.*headers"):
+        Recording(trace)
+
+
+def test_readers_ignore_temporary_and_foreign_files_in_the_parts_folder(
+    tmp_path: Path, parts_of_a_killed_run: Path
+) -> None:
+    """A half-written .tmp part, a stray file named part-x and the lock are not read as parts."""
+    path = tmp_path / "run.parquet"
+    _record_in_parts(path, parts_of_a_killed_run)
+    parts = parts_dir(path)
+    (parts / ".part-000000003.arrow.tmp").write_bytes(b"half")
+    (parts / "part-notes.txt").write_text("mine")
+    trace = ors_lab.load_trace(path)
+    assert len(trace.calls) == 12 and not trace.skipped
+    json.dumps(trace.metadata)  # plain values only

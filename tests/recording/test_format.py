@@ -260,6 +260,7 @@ def test_file_metadata_names_version_creation_and_server(demo_run: DemoRun) -> N
         "servers": [demo_run.url],
         "run_id": metadata[METADATA_RUN_ID].decode(),
         "partial": False,
+        "skipped": [],
     }
 
 

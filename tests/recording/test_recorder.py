@@ -6,6 +6,7 @@ import asyncio
 import base64
 import datetime as dt
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -180,7 +181,7 @@ async def test_secrets_never_reach_a_file(reference_server: Any, tmp_path: Path)
     headers = {"Authorization": "Bearer bearer-value-123", "Cookie": "session=cookie-value-456",
                "X-Custom-Secret": "custom-header-value-789", "X-Trace": "trace-id with ticket-4242"}  # fmt: skip
     secrets_seen: list[bytes] = []
-    rec = ol.Recorder(path, compression="none", flush_interval=0.05, redact_headers=["X-Custom-Secret"],
+    rec = ol.Recorder(path, compression="none", flush_interval=0.05, redact_names=["X-Custom-Secret"],
                       redact_patterns=[r"ticket-\d+"])  # fmt: skip
     with rec:
         async with ol.AsyncClient(reference_server.url, recorder=rec, api_key="api-key-value-000",
@@ -292,6 +293,28 @@ def test_append_adds_to_the_parts_of_a_killed_run(tmp_path: Path) -> None:
     assert comments == ["row 0", "row 1", "row 2", "row 3", "row 0", "row 1"]
     assert seqs == list(range(6)) and runs == {"crashed", "resumed"}
     assert not ol.load_trace(path).partial
+
+
+def test_append_after_a_kill_between_compaction_and_removal(tmp_path: Path) -> None:
+    """A compacted trace beside the parts it was made of (a kill after the rename): append drops the leftovers."""
+    path = tmp_path / "run.parquet"
+    rec = ol.Recorder(path, run_id="first", flush_interval=3600)
+    for n in range(3):
+        rec.emit("comment", comment=f"row {n}")
+    rec.flush()
+    saved = tmp_path / "saved"
+    shutil.copytree(parts_dir(path), saved, ignore=shutil.ignore_patterns(".lock"))
+    rec.close()
+    shutil.copytree(saved, parts_dir(path))
+    assert _comments(path)[0] == ["row 0", "row 1", "row 2"]
+    _write(path, 1, run_id="second", append=True)
+    comments, seqs, _, _ = _comments(path)
+    assert comments == ["row 0", "row 1", "row 2", "row 0"] and seqs == [0, 1, 2, 3]
+    assert not parts_dir(path).exists()
+    shutil.copytree(saved, parts_dir(path))  # parts that are not what the trace was compacted from: kept, refused
+    with pytest.raises(FileExistsError, match="holds parts too"):
+        ol.Recorder(path, append=True)
+    assert sorted(p.name for p in parts_dir(path).glob("part-*")) == ["part-000000000.arrow"]
 
 
 def test_a_trace_appended_to_reads_while_it_records(tmp_path: Path) -> None:
@@ -622,7 +645,7 @@ def test_every_path_of_emit_under_threads_gives_valid_arrow(tmp_path: Path) -> N
     rows, user patterns, a body bigger than the buffers keep) through several parts: the trace
     is valid Arrow to the last buffer, every row is there once in seq order, and no secret is kept."""
     path = tmp_path / "run.parquet"
-    rec = ol.Recorder(path, part_rows=512, redact_patterns=[r"sk-\w+"], redact_headers=["x-mine"])
+    rec = ol.Recorder(path, part_rows=512, redact_patterns=[r"sk-\w+"], redact_names=["x-mine"])
     repeated = httpx2.Headers(
         [(b"Content-Type", b"application/json"), (b"Set-Cookie", b"a=1"), (b"set-cookie", b"b=2")]
     )
@@ -690,3 +713,86 @@ def test_settings_that_would_stall_the_recorder_are_refused(tmp_path: Path) -> N
             rec.emit("comment", comment=f"row {i}")
         assert rec.part_rows == 3
     assert len(ol.load_trace(path)) == 7
+
+
+# -- redaction by name -----------------------------------------------------------------------------
+
+LEAKS = {f"leak-{n:02d}" for n in range(20)}
+ORDINARY_BODY = {"session_id": "sid-1", "task_id": "tid-1", "tokens": 7, "max_tokens": 5, "input_tokens": 3,
+                 "author": "me", "monkey": "banana", "keys": 2}  # fmt: skip
+
+
+def test_common_secret_names_are_redacted_after_decoding(tmp_path: Path) -> None:
+    """Query parameters, headers and JSON keys named like secrets (any case, percent- or JSON-escaped) are
+    redacted; ORS fields and token counts are not; user names and patterns add to the list."""
+    path = tmp_path / "run.parquet"
+    query = ("password=leak-00&secret=leak-01&auth=leak-02&sig=leak-03&client_secret=leak-04&pass%77ord=leak-05"
+             "&session_id=sid-1&max_tokens=5")  # fmt: skip
+    headers = {"api-key": "leak-06", "X-Auth-Token": "leak-07", "OpenAI-Api-Key": "leak-08", "X-Tenant": "leak-09",
+               "X-Session-ID": "sid-1", "X-Note": "ticket leak-10"}  # fmt: skip
+    create = (b'{"env_name":"lab","split":"test","index":0,"secr\\u0065ts":{"OPENAI_API_KEY":"leak-11"},'
+              b'"task_spec":{"id":"t1","Client-Secret":"leak-12"}}')  # fmt: skip
+    call = json.dumps({"name": "login", "input": {"user": "u", "PassWord": "leak-13", "x_tenant": "leak-14",
+                                                   **ORDINARY_BODY}}).encode()  # fmt: skip
+    with ol.Recorder(path, compression="none", redact_names=["x-tenant"], redact_patterns=[r"leak-10"]) as rec:
+        rec.emit("request", session_id="s", method="GET", url=f"http://127.0.0.1:1/lab/tasks?{query}", headers=headers)
+        rec.emit("request", session_id="s", method="POST", url="http://127.0.0.1:1/create", body=create)
+        rec.emit("request", session_id="s", call=0, method="POST", url="http://127.0.0.1:1/lab/call", body=call)
+        rec.emit("result", session_id="s", call=0, ok=True)
+        rec.flush()
+        written = [p.read_bytes() for p in parts_dir(path).glob("part-*")]
+    written.append(path.read_bytes())
+    for blob in written:
+        assert not [leak for leak in sorted(LEAKS) if leak.encode() in blob]
+    table = ol.load_trace(path).table
+    url = table["url"][0].as_py()
+    for name in ("password", "secret", "auth", "sig", "client_secret"):
+        assert f"{name}=%3Credacted%3E" in url
+    assert "session_id=sid-1" in url and "max_tokens=5" in url
+    sent = json.loads(table["headers"][0].as_py())
+    assert {k: v for k, v in sent.items() if v == "<redacted>"}.keys() == {"api-key", "x-auth-token",
+                                                                          "openai-api-key", "x-tenant"}  # fmt: skip
+    assert sent["x-session-id"] == "sid-1" and sent["x-note"] == "ticket <redacted>"
+    body = json.loads(table["body"][1].as_py())
+    assert body["secrets"] == {"OPENAI_API_KEY": "<redacted>"}  # the names are kept
+    assert body["task_spec"] == {"id": "t1", "Client-Secret": "<redacted>"}
+    assert json.loads(table["task"][1].as_py()) == {"id": "t1", "Client-Secret": "<redacted>"}
+    given = json.loads(table["body"][2].as_py())["input"]
+    assert given == {"user": "u", "PassWord": "<redacted>", "x_tenant": "<redacted>", **ORDINARY_BODY}
+    assert json.loads(table["input"][3].as_py()) == given  # the result row's call context: the same, redacted
+
+
+def test_an_agent_tool_input_is_redacted_as_its_request_is(tmp_path: Path) -> None:
+    """A tool-input-available event with a password key: its input and data are redacted like the /call body."""
+    path = tmp_path / "run.parquet"
+    with ol.Recorder(path, compression="none") as rec:
+        rec.record(ev.ToolInputAvailableEvent(session_id="s", tool_call_id="c1", tool_name="login",
+                                              input={"user": "u", "password": "leak-15"}))  # fmt: skip
+    assert b"leak-15" not in path.read_bytes()
+    row = ol.load_trace(path).table.to_pylist()[0]
+    assert json.loads(row["input"]) == {"user": "u", "password": "<redacted>"}
+    assert json.loads(row["data"])["input"] == {"user": "u", "password": "<redacted>"}
+
+
+def test_redacted_bodies_still_replay(tmp_path: Path) -> None:
+    """A /create task spec and a /call input with values redacted are matched by a replay that sends the values."""
+    from ors_lab.replay.engine import ReplayEngine
+
+    path = tmp_path / "run.parquet"
+    create = b'{"env_name":"lab","split":null,"index":null,"task_spec":{"id":"t1","api_key":"leak-16"}}'
+    call = b'{"name":"login","input":{"user":"u","password":"leak-17"}}'
+    sse = '{"content-type":"text/event-stream"}'
+    with ol.Recorder(path) as rec:
+        rec.emit("request", session_id="s", method="POST", url="http://127.0.0.1:1/create", exchange=0, body=create)
+        rec.emit("response", session_id="s", status=200, exchange=0, headers="{}", body=b'{"ok":true}')
+        rec.emit("request", session_id="s", call=0, method="POST", url="http://127.0.0.1:1/lab/call", exchange=1,
+                 body=call)  # fmt: skip
+        rec.emit("response", session_id="s", call=0, status=200, exchange=1, headers=sse)
+        for name, data in (("task_id", "t-1"), ("chunk", '{"ok":true}'), ("end", "")):
+            rec.emit("event", session_id="s", call=0, exchange=1, event=name, data=data)
+    engine = ReplayEngine(path, speed=0)
+    assert engine.handle("POST", "/create", {"x-session-id": "live"}, create).status == 200
+    answer = engine.handle("POST", "/lab/call", {"x-session-id": "live"}, call)
+    assert answer.status == 200 and answer.stream, answer
+    other = b'{"name":"login","input":{"user":"v","password":"leak-17"}}'
+    assert engine.handle("POST", "/lab/call", {"x-session-id": "live"}, other).status == 400  # user still differs
