@@ -188,13 +188,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _redaction(args: argparse.Namespace) -> dict[str, Any]:
-    """The Recorder keywords for ``--redact`` and ``--redact-pattern`` (only those given)."""
-    options: dict[str, Any] = {}
-    if args.redact:
-        options["redact_names"] = args.redact
-    if args.redact_pattern:
-        options["redact_patterns"] = args.redact_pattern
-    return options
+    """The Recorder keywords for ``--redact`` and ``--redact-pattern``."""
+    return {"redact_names": args.redact, "redact_patterns": args.redact_pattern}
 
 
 def _proxy(args: argparse.Namespace) -> int:
