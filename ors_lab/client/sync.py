@@ -32,8 +32,9 @@ __all__ = ["Client", "Environment", "Session"]
 class Client:
     """An ORS server, from synchronous code (scripts and notebooks): ``Client(url)``.
 
-    Takes the same arguments as ``AsyncClient``; ``client.aio`` is the async client underneath,
-    and ``client.events`` its event stream.
+    Takes the same arguments as ``AsyncClient`` (``timeout``, ``request_timeout`` and ``call_timeout``
+    bound a network step, an exchange and a whole ``call()``: see there); ``client.aio`` is the async
+    client underneath, and ``client.events`` its event stream. It raises the same typed errors.
     """
 
     def __init__(
@@ -48,6 +49,8 @@ class Client:
         retry: RetryPolicy | None = None,
         ping_interval: float = PING_INTERVAL,
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+        call_timeout: float | None = None,
+        request_timeout: float | None = None,
     ) -> None:
         self._runner = Runner()
         self.aio = AsyncClient(
@@ -60,6 +63,8 @@ class Client:
             retry=retry,
             ping_interval=ping_interval,
             heartbeat_timeout=heartbeat_timeout,
+            call_timeout=call_timeout,
+            request_timeout=request_timeout,
         )
         self.base_url = self.aio.base_url
         self.events = self.aio.events

@@ -368,11 +368,15 @@ class HostileServer:
     # -- the server ---------------------------------------------------------------------------
 
     def _accept(self) -> None:
+        self._listener.settimeout(0.05)  # closing a socket does not wake accept(): look at the stop flag often
         while not self._stopped.is_set():
             try:
                 conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            conn.settimeout(None)
             with self._lock:
                 self._conns.add(conn)
             thread = threading.Thread(target=self._serve, args=(conn,), name="hostile-conn", daemon=True)
