@@ -535,9 +535,8 @@ class AsyncClient:
             try:
                 sent = await self._send(events, request, sid, attempt, stream=True, call=call_number, progress=progress)
             except ConnectionFailedError as exc:
-                if exc.before_sending:
-                    progress.maybe_ran = progress.maybe_ran and task_id is not None
-                    raise
+                if exc.before_sending and task_id is None:
+                    raise  # it could not connect: the tool did not run
                 if task_id is None:
                     raise OutcomeUnknownError(
                         f"the connection failed after sending {name!r} ({describe_error(exc.__cause__ or exc)}); "

@@ -127,11 +127,24 @@ async def test_non_sse_answer_to_call_is_malformed() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("2", 2.0), ("0.5", 0.5), (None, None), ("soon", None), ("-3", 0.0), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0)],
-)
+    [("2", 2.0), ("0.5", 0.5), (None, None), ("soon", None), ("-3", 0.0), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),
+     ("nan", None)],
+)  # fmt: skip
 def test_retry_after_parsing(value: str | None, expected: float | None) -> None:
     """Retry-After is read as seconds or an HTTP date (in the past: 0); junk is ignored."""
     assert retry_after_seconds(value) == expected
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"attempts": 0}, {"resume_attempts": -1}, {"backoff": -1.0}, {"starting_timeout": float("inf")},
+     {"max_retry_after": float("nan")}],
+    ids=str,
+)  # fmt: skip
+def test_retry_policy_refuses_unbounded_settings(options: dict[str, float]) -> None:
+    """A RetryPolicy whose bounds are not finite numbers of seconds (or counts) is refused at once."""
+    with pytest.raises(ValueError, match=next(iter(options))):
+        RetryPolicy(**options)
 
 
 SSE = {"content-type": "text/event-stream; charset=utf-8"}

@@ -343,6 +343,11 @@ class HostileServer:
         self._acceptor.start()
         return self
 
+    def refuse(self) -> None:
+        """Stop accepting connections (new ones are refused); the open ones go on. An answer may call it."""
+        with contextlib.suppress(OSError):
+            self._listener.close()
+
     def stop(self) -> None:
         """Stop accepting, close every connection (ending endless answers), and let the threads go."""
         self._stopped.set()

@@ -18,6 +18,7 @@ from ors_lab.client import policy
 from ors_lab.client.policy import RetryPolicy
 from tests.hostile.server import (
     END_OK,
+    Answer,
     Drop,
     Events,
     Forever,
@@ -191,6 +192,26 @@ async def test_call_dropped_after_task_id_is_resumed_through_5xx(hostile_server:
     assert (hostile_server.ran, hostile_server.count("resume")) == (1, 4)
 
 
+class CutThenRefuse(Answer):
+    """Send task_id, hang up, and stop listening: every resume finds nothing to connect to."""
+
+    def serve(self, exchange: Any) -> bool:
+        Events((task_id_frame(TASK_ID),), after="close").serve(exchange)
+        exchange.server.refuse()
+        return False
+
+
+async def test_resume_that_cannot_connect_is_a_failed_resume(hostile_server: HostileServer) -> None:
+    """A resume that cannot even connect counts as a failed resume: ResumeFailedError with the task_id (the tool
+    ran), not a ConnectionFailedError that would read as "never sent"."""
+    hostile_server.on("call", CutThenRefuse())
+    with pytest.raises(ol.ResumeFailedError) as caught:
+        await call_once(hostile_server.url, retry=RetryPolicy(backoff=0.005, max_backoff=0.01, resume_attempts=2))
+    assert caught.value.task_id == TASK_ID
+    assert isinstance(caught.value.__cause__, ol.ConnectionFailedError) and caught.value.__cause__.before_sending
+    assert hostile_server.ran == 1
+
+
 # -- 7. every failure is an ORSError -------------------------------------------------------------------------------
 
 
@@ -354,7 +375,8 @@ async def test_call_refused_connection_is_connection_failed_not_outcome_unknown(
                 await session.call("step")
             assert caught.value.before_sending is True
             assert not isinstance(caught.value, ol.OutcomeUnknownError)
-            session._state = "closed"  # nothing to delete it on
+            with pytest.raises(ol.ConnectionFailedError):
+                await session.close()  # nothing to delete it on either
 
 
 @pytest.mark.parametrize(
