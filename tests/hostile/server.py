@@ -5,6 +5,7 @@
     server.on("tasks", Html(), Normal())    # the first /tasks gets an HTML page, later ones the real answer
     ...a client at server.url...
     server.ran, server.count("call"), server.requests
+    server.refuse()                         # from now on, connections are refused (a server gone away)
 
 Until told otherwise it answers as a small well-behaved ORS server, enough for an episode: one
 environment ``lab`` with a split ``test`` of one task, a tool ``step``, sessions that open, ping

@@ -183,6 +183,17 @@ async def test_first_call_dropped_before_task_id_is_outcome_unknown(
     assert hostile_server.ran == 1
 
 
+async def test_first_call_met_with_silence_is_outcome_unknown(hostile_server: HostileServer) -> None:
+    """A first /call the server never answers costs the read timeout, then OutcomeUnknownError; sent once."""
+    hostile_server.on("call", Silence())
+    started = time.monotonic()
+    with pytest.raises(ol.OutcomeUnknownError) as caught:
+        await call_once(hostile_server.url, retry=FAST, timeout=0.5)
+    assert time.monotonic() - started < 2.0
+    assert isinstance(caught.value.__cause__, httpx2.TimeoutException)
+    assert hostile_server.ran == 1
+
+
 async def test_call_dropped_after_task_id_is_resumed_through_5xx(hostile_server: HostileServer) -> None:
     """Dropped after task_id, the call is resumed with it; resumes answered 502/503/504 are tried again."""
     hostile_server.on("call", Events((task_id_frame(TASK_ID),), after="close"))
