@@ -313,6 +313,7 @@ class HostileServer:
         self._threads: list[threading.Thread] = []
         self._task_ids = (f"{n:032x}" for n in itertools.count(0xABC0001))
         self._listener = socket.create_server((HOST, 0))
+        self._listener.settimeout(0.05)  # closing a socket does not wake accept(): look at the stop flag often
         self.port = int(self._listener.getsockname()[1])
         self.url = f"http://{HOST}:{self.port}"
         self._acceptor = threading.Thread(target=self._accept, name="hostile-accept", daemon=True)
@@ -374,7 +375,6 @@ class HostileServer:
     # -- the server ---------------------------------------------------------------------------
 
     def _accept(self) -> None:
-        self._listener.settimeout(0.05)  # closing a socket does not wake accept(): look at the stop flag often
         while not self._stopped.is_set():
             try:
                 conn, _ = self._listener.accept()

@@ -82,7 +82,7 @@ async def test_starting_with_tiny_retry_after_is_waited_out_by_wall_clock(
             async with asyncio.timeout(BOUND):
                 await client.environments()
     elapsed = time.monotonic() - started
-    assert 1.0 <= elapsed < 3.0
+    assert 1.0 <= elapsed < 4.0
     assert hostile_server.count() <= 1.2 / policy.MIN_RETRY_WAIT + 2
 
 
@@ -105,7 +105,7 @@ async def test_starting_with_a_huge_retry_after_is_capped(hostile_server: Hostil
         with pytest.raises(ol.EnvironmentStartingError):
             async with asyncio.timeout(BOUND):
                 await client.environments()
-    assert 0.7 <= time.monotonic() - started < 2.5
+    assert 0.7 <= time.monotonic() - started < 3.5
     assert hostile_server.count() == 2
 
 
@@ -189,7 +189,7 @@ async def test_first_call_met_with_silence_is_outcome_unknown(hostile_server: Ho
     started = time.monotonic()
     with pytest.raises(ol.OutcomeUnknownError) as caught:
         await call_once(hostile_server.url, retry=FAST, timeout=0.5)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 3.0
     assert isinstance(caught.value.__cause__, httpx2.TimeoutException)
     assert hostile_server.ran == 1
 
@@ -359,7 +359,7 @@ async def test_silent_server_is_a_connection_failed_error_after_the_read_timeout
     async with ol.AsyncClient(hostile_server.url, timeout=0.5) as client:
         with pytest.raises(ol.ConnectionFailedError) as caught:
             await client.environments()
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 3.0
     assert isinstance(caught.value.__cause__, httpx2.TimeoutException)
 
 
@@ -462,7 +462,7 @@ async def test_trickled_answer_is_cut_at_the_request_deadline(hostile_server: Ho
         with pytest.raises(ol.DeadlineExceededError) as caught:
             async with asyncio.timeout(BOUND):
                 await client.environments()
-    assert 0.5 <= time.monotonic() - started < 1.5
+    assert 0.5 <= time.monotonic() - started < 3.0  # the trickle alone would take 7 s
     assert not isinstance(caught.value, ol.OutcomeUnknownError)
     assert caught.value.deadline == 0.6
 
@@ -475,7 +475,7 @@ async def test_request_deadline_defaults_from_the_timeout(hostile_server: Hostil
         with pytest.raises(ol.DeadlineExceededError):
             async with asyncio.timeout(BOUND):
                 await client.environments()
-    assert 0.5 <= time.monotonic() - started < 1.5
+    assert 0.5 <= time.monotonic() - started < 3.0  # the trickle alone would take 14 s
 
 
 @pytest.mark.parametrize(
@@ -496,7 +496,7 @@ async def test_call_deadline_ends_an_endless_call(hostile_server: HostileServer,
     started = time.monotonic()
     with pytest.raises(ol.CallDeadlineExceededError) as caught:
         await call_once(hostile_server.url, call_timeout=1.0, heartbeat_timeout=5.0, retry=FAST)
-    assert 0.9 <= time.monotonic() - started < 2.5
+    assert 0.9 <= time.monotonic() - started < 4.0
     assert isinstance(caught.value, ol.OutcomeUnknownError) and isinstance(caught.value, ol.DeadlineExceededError)
     assert caught.value.task_id == TASK_ID and caught.value.deadline == 1.0
     assert hostile_server.ran == 1
@@ -519,7 +519,7 @@ async def test_call_deadline_covers_resumes(hostile_server: HostileServer) -> No
     started = time.monotonic()
     with pytest.raises(ol.CallDeadlineExceededError):
         await call_once(hostile_server.url, call_timeout=1.0, retry=policy_)
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 4.0
     assert hostile_server.ran == 1 and hostile_server.count("resume") >= 2
 
 
