@@ -231,7 +231,8 @@ def test_echo(ors_replay):
 
 
 def test_marker_trace_and_faults(child: pytest.Pytester, ors_sdk_server: ServerProcess) -> None:
-    """`trace=` is relative to the test file; tests with `faults=` replay: 503 is retried, `malformed` raises, twice."""
+    """`trace=` is relative to the test file; tests with `faults=` replay: 503 starting is retried, `malformed`
+    raises, twice."""
     child.mkpydir("sub")
     (child.path / "sub" / "test_faults.py").write_text(
         _module("""
@@ -244,7 +245,7 @@ def test_a_records(ors_replay):
     assert episode(ors_replay.url, ["hello"]) == [["hello", 0.5, False]]
 
 
-@pytest.mark.ors_replay(trace=TRACE, faults=["status:503,tool=echo"])
+@pytest.mark.ors_replay(trace=TRACE, faults=["status:503-starting,tool=echo"])
 def test_b_503_is_retried(ors_replay):
     assert ors_replay.mode == "replay"
     assert episode(ors_replay.url, ["hello"]) == [["hello", 0.5, False]]

@@ -22,13 +22,13 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
 import httpx2
 
-from ors_lab.client.policy import BEFORE_SENDING, RetryPolicy
+from ors_lab.client.policy import BEFORE_SENDING, RETRY_STATUSES, RetryPolicy, is_starting, outcome_unknown
 from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream
 from ors_lab.client.transport import AiohttpTransport
 from ors_lab.events import (
@@ -43,7 +43,11 @@ from ors_lab.events import (
 )
 from ors_lab.protocol.call import MAX_RESULT_BYTES, CallAssembler
 from ors_lab.protocol.errors import (
+    CallDeadlineExceededError,
+    ConnectionFailedError,
+    DeadlineExceededError,
     EnvironmentStartingError,
+    MalformedResponseError,
     MalformedStreamError,
     ORSError,
     OutcomeUnknownError,
@@ -60,7 +64,7 @@ from ors_lab.version import __version__
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession"]
 
 DEFAULT_TIMEOUT = httpx2.Timeout(60.0, connect=10.0)
-"""Per request: 10 s to connect, 60 s for anything else (including a /call's response to start)."""
+"""Per network step: 10 s to connect, 60 s for each read (including a /call's response to start)."""
 
 PING_INTERVAL = 10.0
 DRAIN_TIMEOUT = 1.0
@@ -76,6 +80,77 @@ SESSION_NOT_FOUND = "Active environment not found"
 
 def _dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _request_deadline(timeout: httpx2.Timeout) -> float | None:
+    """The default ``request_timeout``: the timeout's connect and read budgets together (none without a read one)."""
+    if timeout.read is None:
+        return None
+    return (timeout.connect or 0.0) + timeout.read
+
+
+def _positive(name: str, value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{name} must be a number of seconds above 0, or None for no deadline; not {value!r}")
+    return value
+
+
+def _show(content: bytes, limit: int = 200) -> str:
+    """The start of a body, for an error message."""
+    text = repr(content[:limit].decode("utf-8", "replace"))
+    return text + "..." if len(content) > limit else text
+
+
+def _object_field(body: Any, key: str) -> Any:
+    """``body[key]`` of a JSON object, or a ValueError saying what is missing."""
+    if not isinstance(body, dict):
+        raise TypeError(f"expected a JSON object with {key!r}, got a JSON {type(body).__name__}")
+    if key not in body:
+        raise ValueError(f"the object has no {key!r} (it has {sorted(body)[:10]})")
+    return body[key]
+
+
+def _array(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what}: expected a JSON array, got a JSON {type(value).__name__}")
+    return value
+
+
+def _environment_names(body: Any) -> list[str]:
+    names = _array(body, "environments")
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError(f"environments: expected names (strings), got {names!r:.80}")
+    return names
+
+
+def _task_count(body: Any) -> int:
+    count = _object_field(body, "num_tasks")
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise TypeError(f"num_tasks: expected an integer, got {count!r:.40}")
+    return count
+
+
+def _tool_specs(body: Any) -> list[ToolSpec]:
+    return [ToolSpec.from_wire(tool) for tool in _array(_object_field(body, "tools"), "tools")]
+
+
+class _CallProgress:
+    """How far one /call got: whether it may have reached the server, and its task_id once known."""
+
+    __slots__ = ("assembler", "maybe_ran", "request", "task_id")
+
+    def __init__(self) -> None:
+        self.maybe_ran = False  # a try was sent, and no answer proved that the tool did not run
+        self.task_id: str | None = None  # known from an earlier stream: later tries are resumes
+        self.assembler: CallAssembler | None = None  # the stream being read
+        self.request: httpx2.Request | None = None
+
+    @property
+    def known_task_id(self) -> str | None:
+        """The task_id, also when it arrived on the stream being read."""
+        if self.assembler is not None and self.assembler.task_id is not None:
+            return self.assembler.task_id
+        return self.task_id
 
 
 def _detail(response: httpx2.Response) -> Any:
@@ -95,6 +170,19 @@ class AsyncClient:
     ``max_result_bytes`` bounds one /call result (the UTF-8 size of its JSON; default 256 MiB) and
     ``max_line_bytes`` one SSE line of a /call stream (default 16 MiB; ORS servers send lines of
     4096 characters). A stream that crosses either raises ``MalformedStreamError``, and is not resumed.
+
+    Three time bounds, each raising a typed error when crossed:
+
+    - ``timeout``: each network step (``DEFAULT_TIMEOUT``: 10 s to connect, 60 s for each read);
+      a step that takes longer is a ``ConnectionFailedError`` (a /call's stream is resumed instead).
+    - ``request_timeout``: one whole exchange, from sending a request to the last byte of its answer
+      (every exchange but a /call's event stream; each try on its own, the waits between tries are
+      the ``RetryPolicy``'s). Default: the timeout's connect + read (70 s), so an answer trickled a
+      byte at a time cannot hold a request longer. ``DeadlineExceededError``.
+    - ``call_timeout``: a whole ``call()``, with its tries, its stream and its resumes. Default
+      None: no bound, so a tool may run as long as its server keeps the stream alive (pings every
+      10 s keep it alive for ever). ``CallDeadlineExceededError`` (an ``OutcomeUnknownError``) once
+      the call may have reached the server, a plain ``DeadlineExceededError`` if it never left.
     """
 
     def __init__(
@@ -111,6 +199,8 @@ class AsyncClient:
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
         max_result_bytes: int = MAX_RESULT_BYTES,
         max_line_bytes: int = MAX_LINE_BYTES,
+        call_timeout: float | None = None,
+        request_timeout: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         default_headers = {"User-Agent": USER_AGENT}
@@ -122,6 +212,12 @@ class AsyncClient:
         self.heartbeat_timeout = heartbeat_timeout
         self.max_result_bytes = max_result_bytes
         self.max_line_bytes = max_line_bytes
+        self.call_timeout = _positive("call_timeout", call_timeout)
+        self.request_timeout = (
+            _positive("request_timeout", request_timeout)
+            if request_timeout is not None
+            else _request_deadline(self._timeout)
+        )
         self._extensions = {"timeout": self._timeout.as_dict()}
         self._urls: dict[str, tuple[httpx2.URL, str]] = {}  # path -> its URL, and the URL as text
         self._transport = transport if transport is not None else AiohttpTransport()
@@ -163,12 +259,15 @@ class AsyncClient:
 
     async def health(self) -> bool:
         """True when ``GET /health`` answers ``{"status": "ok"}``."""
-        body = await self._json(self.events, "GET", "/health")
+        body = await self._json(self.events, "GET", "/health", expect='{"status": "ok"}')
         return isinstance(body, dict) and body.get("status") == "ok"
 
     async def environments(self) -> list[str]:
         """The environment names the server hosts; the first is its default."""
-        return [str(name) for name in await self._json(self.events, "GET", "/list_environments")]
+        names: list[str] = await self._json(
+            self.events, "GET", "/list_environments", parse=_environment_names, expect='["name", ...]'
+        )
+        return names
 
     def environment(self, name: str, *, events: EventStream | None = None) -> AsyncEnvironment:
         """One environment by name (no request is made until you use it).
@@ -211,9 +310,15 @@ class AsyncClient:
         *,
         session_id: str | None = None,
         extra_headers: Mapping[str, str] | None = None,
+        parse: Callable[[Any], Any] | None = None,
+        expect: str = "a JSON body",
     ) -> Any:
-        """Send one JSON request with the retry rules; return the decoded JSON body."""
-        attempt, waited_starting = 0, 0.0
+        """Send one JSON request with the retry rules; return its JSON body, through ``parse`` if given.
+
+        A 2xx body that is not JSON, or that ``parse`` cannot take, is a ``MalformedResponseError``
+        saying it ``expect``-ed something else.
+        """
+        attempt, starting_since = 0, None
         while True:
             attempt += 1
             request = self._request(method, path, body, session_id)
@@ -224,16 +329,34 @@ class AsyncClient:
                 continue
             response, _ = sent
             if response.status_code < 300:
-                return response.json()
-            wait = self.retry.wait_after(response, attempt, waited_starting)
+                return self._decode(response, session_id, parse, expect)
+            if starting_since is None and is_starting(response):
+                starting_since = time.monotonic()
+            wait = self.retry.wait_after(response, attempt, starting_since)
             if wait is None:
                 raise self._error(response, session_id)
-            if response.status_code == 503:
-                waited_starting += wait
             if events.active:
                 events.publish(RetryEvent(session_id=session_id, attempt=attempt, reason=str(response.status_code),
                                           backoff=wait))  # fmt: skip
             await asyncio.sleep(wait)
+
+    @staticmethod
+    def _decode(
+        response: httpx2.Response, session_id: str | None, parse: Callable[[Any], Any] | None, expect: str
+    ) -> Any:
+        """The JSON of a 2xx answer (UTF-8, as JSON is), shaped by ``parse``; else MalformedResponseError."""
+        content = response.content
+        try:
+            value = json.loads(content)
+            return value if parse is None else parse(value)
+        except (ValueError, KeyError, IndexError, TypeError) as exc:  # ValueError: JSON, UTF-8, WireFormatError
+            kind = response.headers.get("content-type") or "no content-type"
+            raise MalformedResponseError(
+                f"expected {expect} (ORS JSON), got a {response.status_code} answer ({kind}, {len(content)} bytes) "
+                f"that is not: {type(exc).__name__}: {exc}; it starts {_show(content)}",
+                session_id=session_id,
+                request=response.request,
+            ) from exc
 
     async def _send(
         self,
@@ -244,38 +367,67 @@ class AsyncClient:
         *,
         stream: bool = False,
         call: int | None = None,
+        progress: _CallProgress | None = None,
     ) -> tuple[httpx2.Response, ExchangeTap | None] | None:
         """Send; on a failure before sending, wait and return None (the caller tries again).
 
-        Returns the response and the exchange's tap (None when nobody listens). With
-        ``stream=False`` the body is read before returning.
+        Returns the response and the exchange's tap (None when nobody listens). The body is read
+        before returning, unless ``stream`` and the answer is a 200 event stream. Raises
+        ``ConnectionFailedError`` when the network fails (``before_sending`` once the tries for a
+        failure before sending are spent), ``DeadlineExceededError`` past ``request_timeout`` and
+        ``MalformedResponseError`` for a body that cannot be decoded.
         """
         tap = None
         if events.active:
             tap = ExchangeTap(events, session_id=session_id, call=call, attempt=attempt)
             tap.request(request.method, request.extensions[URL_TEXT], request.headers, request.content)
+        context: dict[str, Any] = {"session_id": session_id, "request": request}
         started = time.monotonic_ns()
+        limit = asyncio.timeout(self.request_timeout)
         try:
-            # straight to the transport: no redirects, auth, cookies or hooks to run (httpx2's send
-            # stack costs about a tenth of a request's client CPU)
-            response = await self._transport.handle_async_request(request)
-            response.request = request
+            async with limit:
+                # straight to the transport: no redirects, auth, cookies or hooks to run (httpx2's send
+                # stack costs about a tenth of a request's client CPU)
+                response = await self._transport.handle_async_request(request)
+                response.request = request
+                ttfb_ns = time.monotonic_ns() - started
+                if not stream or response.status_code != 200 or not is_event_stream(response.headers):
+                    stream = False  # an error answer to a /call: its body is read (and recorded) now
+                    try:
+                        await response.aread()
+                    finally:
+                        await response.aclose()
         except BEFORE_SENDING as exc:
             if attempt >= self.retry.attempts:
-                raise
+                raise ConnectionFailedError(
+                    f"could not connect after {attempt} tries ({describe_error(exc)}); the request was never sent",
+                    before_sending=True,
+                    **context,
+                ) from exc
+            if progress is not None:
+                progress.maybe_ran = False
             wait = self.retry.backoff_for(attempt)
             if events.active:
                 events.publish(RetryEvent(session_id=session_id, attempt=attempt, call=call,
                                           reason=type(exc).__name__, backoff=wait))  # fmt: skip
             await asyncio.sleep(wait)
             return None
-        ttfb_ns = time.monotonic_ns() - started
-        if not stream or not is_event_stream(response.headers):
-            stream = False  # an error answer to a /call: its JSON body is read (and recorded) now
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
+        except TimeoutError as exc:
+            if not limit.expired():
+                raise
+            raise DeadlineExceededError(
+                f"no whole answer within request_timeout={self.request_timeout:g} s",
+                deadline=self.request_timeout,
+                **context,
+            ) from exc
+        except httpx2.DecodingError as exc:
+            raise MalformedResponseError(
+                f"the answer's body cannot be decoded ({describe_error(exc)})", **context
+            ) from exc
+        except httpx2.RequestError as exc:
+            raise ConnectionFailedError(
+                f"the connection failed during the request ({describe_error(exc)})", before_sending=False, **context
+            ) from exc
         if tap is not None:
             tap.response(response.status_code, response.headers, ttfb_ns, None if stream else response.content)
         return response, tap
@@ -303,12 +455,58 @@ class AsyncClient:
             )
         return ServerError(message, status_code=status, detail=detail, **context)
 
+    def _outcome_unknown(
+        self, response: httpx2.Response, session_id: str, name: str, request: httpx2.Request
+    ) -> OutcomeUnknownError:
+        """A first /call answered with a 5xx: a gateway may have passed it on before failing."""
+        detail = _detail(response)
+        return OutcomeUnknownError(
+            f"HTTP {response.status_code} to {name!r}: {detail}; the request may have reached the environment, "
+            "so the tool may or may not have run, and the call is not sent again",
+            status_code=response.status_code,
+            detail=detail,
+            session_id=session_id,
+            request=request,
+        )
+
+    def _call_deadline(self, session_id: str, name: str, progress: _CallProgress) -> DeadlineExceededError:
+        """The error for a /call that outlived ``call_timeout``, by how far it got."""
+        timeout = self.call_timeout
+        task_id = progress.known_task_id
+        context: dict[str, Any] = {"deadline": timeout, "session_id": session_id, "task_id": task_id,
+                                   "request": progress.request}  # fmt: skip
+        if task_id is not None:
+            return CallDeadlineExceededError(
+                f"no result for {name!r} within call_timeout={timeout:g} s; the server had accepted it as task "
+                f"{task_id}, so the tool ran or is running, and the call is not sent again",
+                **context,
+            )
+        if progress.maybe_ran:
+            return CallDeadlineExceededError(
+                f"no result for {name!r} within call_timeout={timeout:g} s; the request may have reached the "
+                "environment, so the tool may or may not have run, and the call is not sent again",
+                **context,
+            )
+        return DeadlineExceededError(
+            f"{name!r} could not be sent within call_timeout={timeout:g} s (the server kept asking to wait); "
+            "the tool did not run",
+            **context,
+        )
+
     async def _call(self, session: AsyncSession, name: str, tool_input: Mapping[str, Any]) -> ToolResult:
-        """One ``/call``, published as a ``result`` or ``call_error`` event at its end."""
+        """One ``/call`` within ``call_timeout``, published as a ``result`` or ``call_error`` event at its end."""
         call_number = session._next_call()
         events = session.events
+        progress = _CallProgress()
+        limit = asyncio.timeout(self.call_timeout)
         try:
-            result = await self._call_attempts(session, name, tool_input, call_number)
+            try:
+                async with limit:
+                    result = await self._call_attempts(session, name, tool_input, call_number, progress)
+            except TimeoutError as exc:
+                if not limit.expired():
+                    raise
+                raise self._call_deadline(session.sid, name, progress) from exc
         except (ORSError, httpx2.HTTPError) as exc:
             if events.active:
                 events.publish(CallErrorEvent(session_id=session.sid, call=call_number,
@@ -322,28 +520,47 @@ class AsyncClient:
         return result
 
     async def _call_attempts(
-        self, session: AsyncSession, name: str, tool_input: Mapping[str, Any], call_number: int
+        self,
+        session: AsyncSession,
+        name: str,
+        tool_input: Mapping[str, Any],
+        call_number: int,
+        progress: _CallProgress,
     ) -> ToolResult:
-        """Send, assemble the stream, resume it with its task_id if it drops."""
+        """Send, assemble the stream, resume it with its task_id if it drops (the rules: ``policy.py``)."""
         sid, path, events = session.sid, f"/{session.environment}/call", session.events
         body: dict[str, Any] = {"name": name, "input": dict(tool_input)}
-        task_id: str | None = None
         attempt = resumes = 0
-        waited_starting = 0.0
+        starting_since: float | None = None
         while True:
             attempt += 1
+            task_id = progress.task_id
             request = self._request(
                 "POST", path, body if task_id is None else {**body, "task_id": task_id}, sid, stream=True
             )
+            progress.request, progress.assembler = request, None
+            if task_id is None:
+                progress.maybe_ran = True
             try:
-                sent = await self._send(events, request, sid, attempt, stream=True, call=call_number)
-            except BEFORE_SENDING:
-                raise
-            except httpx2.TransportError as exc:
+                sent = await self._send(events, request, sid, attempt, stream=True, call=call_number, progress=progress)
+            except ConnectionFailedError as exc:
+                if exc.before_sending and task_id is None:
+                    raise  # it could not connect: the tool did not run
                 if task_id is None:
                     raise OutcomeUnknownError(
-                        f"the connection failed after sending {name!r} ({type(exc).__name__}: {exc}); "
+                        f"the connection failed after sending {name!r} ({describe_error(exc.__cause__ or exc)}); "
                         "the tool may or may not have run, so the call is not sent again",
+                        session_id=sid,
+                        request=request,
+                    ) from exc.__cause__
+                resumes = await self._before_resume(events, sid, task_id, request, resumes, exc, attempt, call_number)
+                continue
+            except DeadlineExceededError as exc:  # the answer did not come within request_timeout
+                if task_id is None:
+                    raise CallDeadlineExceededError(
+                        f"no answer to {name!r} within request_timeout={self.request_timeout:g} s; the tool may or "
+                        "may not have run, so the call is not sent again",
+                        deadline=self.request_timeout,
                         session_id=sid,
                         request=request,
                     ) from exc
@@ -353,18 +570,26 @@ class AsyncClient:
                 continue
             response, tap = sent
             if response.status_code != 200:
-                await response.aread()
-                wait = self.retry.wait_after(response, attempt, waited_starting)
+                if starting_since is None and is_starting(response):
+                    starting_since = time.monotonic()
+                if task_id is not None and response.status_code in RETRY_STATUSES:  # re-attaching runs nothing
+                    resumes = await self._before_resume(
+                        events, sid, task_id, request, resumes, self._error(response, sid, task_id), attempt,
+                        call_number, wait=self.retry.pause_after(response, resumes + 1),
+                    )  # fmt: skip
+                    continue
+                wait = self.retry.wait_after(response, attempt, starting_since, first_call=task_id is None)
                 if wait is None:
+                    if task_id is None and outcome_unknown(response):
+                        raise self._outcome_unknown(response, sid, name, request)
                     raise self._error(response, sid, task_id)
-                if response.status_code == 503:
-                    waited_starting += wait
+                progress.maybe_ran = False  # 429 or "starting": the tool did not run
                 if events.active:
                     events.publish(RetryEvent(session_id=sid, attempt=attempt, call=call_number,
                                               reason=str(response.status_code), backoff=wait))  # fmt: skip
                 await asyncio.sleep(wait)
                 continue
-            assembler = CallAssembler(task_id, max_result_bytes=self.max_result_bytes)
+            assembler = progress.assembler = CallAssembler(task_id, max_result_bytes=self.max_result_bytes)
             drop: httpx2.TransportError | None = None
             try:
                 result = await self._read_stream(
@@ -380,7 +605,7 @@ class AsyncClient:
                 result, drop = None, exc
             if result is not None:
                 return result
-            task_id = assembler.task_id
+            task_id = progress.task_id = assembler.task_id
             if task_id is None:
                 raise OutcomeUnknownError(
                     f"the stream for {name!r} ended before its task_id; the tool may or may not have run, "
@@ -400,7 +625,10 @@ class AsyncClient:
         cause: BaseException | None,
         attempt: int,
         call_number: int,
+        *,
+        wait: float | None = None,
     ) -> int:
+        """Count one more resume (``ResumeFailedError`` past ``resume_attempts``), and wait before it."""
         resumes += 1
         if resumes > self.retry.resume_attempts:
             raise ResumeFailedError(
@@ -409,7 +637,8 @@ class AsyncClient:
                 task_id=task_id,
                 request=request,
             ) from cause
-        wait = self.retry.backoff_for(resumes)
+        if wait is None:
+            wait = self.retry.backoff_for(resumes)
         if events.active:
             events.publish(RetryEvent(session_id=sid, attempt=attempt, call=call_number, reason="resume",
                                       task_id=task_id, backoff=wait))  # fmt: skip
@@ -441,6 +670,8 @@ class AsyncClient:
                 if reader.result is not None:
                     return reader.result  # the body broke after `end`: the result is whole
                 raise
+            except httpx2.DecodingError as exc:
+                raise MalformedStreamError(f"the stream cannot be decoded ({describe_error(exc)})") from exc
             except TimeoutError as exc:
                 if reader.result is not None:
                     return reader.result
@@ -476,37 +707,50 @@ class AsyncEnvironment:
     def __repr__(self) -> str:
         return f"AsyncEnvironment({self.name!r}, url={self.client.base_url!r})"
 
-    async def _json(self, method: str, path: str, body: Any = None) -> Any:
-        return await self.client._json(self.events, method, f"/{self.name}/{path}", body)
+    async def _json(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
+        return await self.client._json(self.events, method, f"/{self.name}/{path}", body, **options)
+
+    def _tasks(self, body: Any) -> list[Task]:
+        return [Task.from_wire(spec, self.name) for spec in _array(_object_field(body, "tasks"), "tasks")]
 
     async def splits(self) -> list[Split]:
         """The environment's splits."""
-        return [Split.from_wire(s) for s in await self._json("GET", "splits")]
+        splits: list[Split] = await self._json(
+            "GET", "splits", parse=lambda body: [Split.from_wire(s) for s in _array(body, "splits")],
+            expect='[{"name": ..., "type": ...}, ...]',
+        )  # fmt: skip
+        return splits
 
     async def tasks(self, split: str) -> list[Task]:
         """Every task of a split."""
-        body = await self._json("POST", "tasks", {"split": split})
-        return [Task.from_wire(spec, self.name) for spec in body["tasks"]]
+        tasks: list[Task] = await self._json("POST", "tasks", {"split": split}, parse=self._tasks,
+                                             expect='{"tasks": [...]}')  # fmt: skip
+        return tasks
 
     async def num_tasks(self, split: str) -> int:
         """How many tasks a split has."""
-        body = await self._json("POST", "num_tasks", {"split": split})
-        return int(body["num_tasks"])
+        count: int = await self._json("POST", "num_tasks", {"split": split}, parse=_task_count,
+                                      expect='{"num_tasks": N}')  # fmt: skip
+        return count
 
     async def task(self, split: str, index: int) -> Task:
         """One task by position (negative counts from the end)."""
-        body = await self._json("POST", "task", {"split": split, "index": index})
-        return Task.from_wire(body["task"], self.name)
+        task: Task = await self._json(
+            "POST", "task", {"split": split, "index": index},
+            parse=lambda body: Task.from_wire(_object_field(body, "task"), self.name), expect='{"task": {...}}',
+        )  # fmt: skip
+        return task
 
     async def task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[Task]:
         """Tasks ``start:stop`` of a split, with Python slice semantics."""
-        body = await self._json("POST", "task_range", {"split": split, "start": start, "stop": stop})
-        return [Task.from_wire(spec, self.name) for spec in body["tasks"]]
+        tasks: list[Task] = await self._json("POST", "task_range", {"split": split, "start": start, "stop": stop},
+                                             parse=self._tasks, expect='{"tasks": [...]}')  # fmt: skip
+        return tasks
 
     async def tools(self) -> list[ToolSpec]:
         """The tools every task of this environment shares."""
-        body = await self._json("GET", "tools")
-        return [ToolSpec.from_wire(t) for t in body["tools"]]
+        tools: list[ToolSpec] = await self._json("GET", "tools", parse=_tool_specs, expect='{"tools": [...]}')
+        return tools
 
     def session(
         self,
@@ -649,13 +893,18 @@ class AsyncSession:
     async def prompt(self) -> list[Block]:
         """The task's prompt, as blocks."""
         self._check()
-        return list(blocks_from_wire(await self._json("GET", f"/{self.environment}/prompt")))
+        blocks: list[Block] = await self._json(
+            "GET", f"/{self.environment}/prompt", parse=lambda body: list(blocks_from_wire(body)), expect="[block, ...]"
+        )
+        return blocks
 
     async def tools(self) -> list[ToolSpec]:
         """The tools of this session: the shared ones, then the task's own."""
         self._check()
-        body = await self._json("GET", f"/{self.environment}/task_tools")
-        return [ToolSpec.from_wire(t) for t in body["tools"]]
+        tools: list[ToolSpec] = await self._json(
+            "GET", f"/{self.environment}/task_tools", parse=_tool_specs, expect='{"tools": [...]}'
+        )
+        return tools
 
     async def call(self, name: str, input: Mapping[str, Any] | None = None) -> ToolResult:
         """Run a tool; the ``ToolResult`` has ``ok=False`` (not an exception) for ORS logic failures."""

@@ -34,8 +34,9 @@ __all__ = ["Client", "Environment", "Session"]
 class Client:
     """An ORS server, from synchronous code (scripts and notebooks): ``Client(url)``.
 
-    Takes the same arguments as ``AsyncClient``; ``client.aio`` is the async client underneath,
-    and ``client.events`` its event stream.
+    Takes the same arguments as ``AsyncClient`` (``timeout``, ``request_timeout`` and ``call_timeout``
+    bound a network step, an exchange and a whole ``call()``: see there); ``client.aio`` is the async
+    client underneath, and ``client.events`` its event stream. It raises the same typed errors.
     """
 
     def __init__(
@@ -52,6 +53,8 @@ class Client:
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
         max_result_bytes: int = MAX_RESULT_BYTES,
         max_line_bytes: int = MAX_LINE_BYTES,
+        call_timeout: float | None = None,
+        request_timeout: float | None = None,
     ) -> None:
         self._runner = Runner()
         self.aio = AsyncClient(
@@ -66,6 +69,8 @@ class Client:
             heartbeat_timeout=heartbeat_timeout,
             max_result_bytes=max_result_bytes,
             max_line_bytes=max_line_bytes,
+            call_timeout=call_timeout,
+            request_timeout=request_timeout,
         )
         self.base_url = self.aio.base_url
         self.events = self.aio.events

@@ -2,7 +2,11 @@
 
 from ors_lab.protocol.call import CallAssembler
 from ors_lab.protocol.errors import (
+    CallDeadlineExceededError,
+    ConnectionFailedError,
+    DeadlineExceededError,
     EnvironmentStartingError,
+    MalformedResponseError,
     MalformedStreamError,
     ORSError,
     OutcomeUnknownError,
@@ -33,8 +37,12 @@ from ors_lab.protocol.sse import ServerSentEvent, SSEComment, SSEDecoder, SSEIte
 __all__ = [
     "Block",
     "CallAssembler",
+    "CallDeadlineExceededError",
+    "ConnectionFailedError",
+    "DeadlineExceededError",
     "EnvironmentStartingError",
     "ImageBlock",
+    "MalformedResponseError",
     "MalformedStreamError",
     "ORSError",
     "OtherBlock",

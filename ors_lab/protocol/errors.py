@@ -7,20 +7,38 @@
     │   ├── SessionNotFoundError    404 "Active environment not found": unknown, expired or deleted session
     │   ├── EnvironmentStartingError  503 "x-backend-state: starting" for longer than the client waits
     │   └── ReplayMismatchError     a replayed trace has no recorded answer for this request
+    ├── MalformedResponseError      a 2xx answer that is not what ORS sends there: HTML, not JSON, not UTF-8,
+    │                               or JSON of the wrong shape
+    ├── ConnectionFailedError       the connection failed (refused, reset, timed out, not HTTP) and the retries
+    │                               allowed did not mend it; the httpx2 error is its __cause__
+    ├── DeadlineExceededError       a request outlived its total deadline (``request_timeout``, ``call_timeout``)
+    │   └── CallDeadlineExceededError   (also an OutcomeUnknownError, below)
     ├── ToolError                   `event: error` on /call: the tool raised on the server (session still usable)
     ├── StreamError                 a /call stream broke, or broke the protocol
     │   ├── MalformedStreamError    events out of order, a result that is not valid JSON, not an SSE response
     │   ├── UnknownTaskError        `error: unknown task_id`: the server no longer holds the task's result
     │   ├── ResumeFailedError       dropped after `task_id`, and every resume with that task_id failed too
-    │   └── OutcomeUnknownError     dropped after the request may have reached the server, before any
-    │                               `task_id`: the tool may or may not have run, so it is not sent again
+    │   └── OutcomeUnknownError     the /call may have reached the server, and no answer proves whether the
+    │       │                       tool ran (a drop before `task_id`, a 5xx): it is not sent again
+    │       └── CallDeadlineExceededError  ``call_timeout`` passed after the /call may have reached the server
     ├── SessionClosedError          the session was closed (or found dead) before this use
     └── TraceFormatError            a trace is missing, unreadable, or not an ors_lab trace of this version
         └── TraceLockedError        another recorder is writing the trace (``holder``: its pid, host, since)
 
-Network failures the retries could not mend stay httpx2 errors (``httpx2.ConnectError`` and kin).
-An ORS *logic* failure (unknown tool, invalid input, finished episode) is not an exception: it is a
-``ToolResult`` with ``ok=False``.
+Every failure the client meets is one of these: a network failure the retries could not mend is a
+``ConnectionFailedError`` (the ``httpx2.ConnectError`` or kin stays reachable as ``__cause__``), and
+an answer of the wrong form is a ``MalformedResponseError`` or ``MalformedStreamError``, never a
+bare ``JSONDecodeError`` or ``KeyError``. An ORS *logic* failure (unknown tool, invalid input,
+finished episode) is not an exception: it is a ``ToolResult`` with ``ok=False``.
+
+What a /call's error says about the tool: ``OutcomeUnknownError`` (and its
+``CallDeadlineExceededError``), or a ``MalformedStreamError`` without a ``task_id`` (the answer was
+not ORS): it may or may not have run. ``ToolError``, ``ResumeFailedError``,
+``UnknownTaskError``, or any error with a ``task_id``: it ran (its result may be lost). A
+``ServerError`` without a ``task_id`` (a 3xx or 4xx: the server refused it; ``EnvironmentStartingError``),
+a ``ConnectionFailedError`` (it could not connect) or a plain ``DeadlineExceededError``: it did not
+run, and sending it again is safe. The client itself never sends a /call again unless an answer
+proved it did not run (``ors_lab/client/policy.py`` has the rules).
 """
 
 from __future__ import annotations
@@ -28,7 +46,11 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "CallDeadlineExceededError",
+    "ConnectionFailedError",
+    "DeadlineExceededError",
     "EnvironmentStartingError",
+    "MalformedResponseError",
     "MalformedStreamError",
     "ORSError",
     "OutcomeUnknownError",
@@ -115,6 +137,34 @@ class ReplayMismatchError(ServerError):
     """A replay server or transport found no recorded request like this one; ``detail`` says why."""
 
 
+class MalformedResponseError(ORSError):
+    """A 2xx answer whose body is not what ORS sends there: not JSON (an HTML page), not UTF-8, or JSON
+    of another shape. The message says what was expected and shows the start of the body."""
+
+
+class ConnectionFailedError(ORSError):
+    """The connection failed and the retries allowed did not mend it: refused, reset, timed out, or not HTTP.
+
+    The ``httpx2`` error is the ``__cause__``. ``before_sending`` is True when the request provably never
+    reached the server (it could not connect), so sending it again is safe, even for a /call.
+    """
+
+    def __init__(self, message: str, *, before_sending: bool = False, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.before_sending = before_sending
+
+
+class DeadlineExceededError(ORSError):
+    """A request outlived its total deadline (``deadline`` seconds): ``request_timeout`` for one exchange,
+    ``call_timeout`` for a whole /call. Raised as such, the request never ran (a /call that may have run
+    raises ``CallDeadlineExceededError``). Not a ``TimeoutError``: that is the episode timeout's, in ``evaluate``.
+    """
+
+    def __init__(self, message: str, *, deadline: float | None = None, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.deadline = deadline
+
+
 class ToolError(ORSError):
     """The tool raised on the server (``event: error``); the session stays usable."""
 
@@ -136,9 +186,24 @@ class ResumeFailedError(StreamError):
 
 
 class OutcomeUnknownError(StreamError):
-    """The stream dropped before ``task_id`` after the request may have reached the server.
+    """A /call may have reached the server, and nothing proves whether the tool ran.
 
-    The tool may or may not have run. Tools are not idempotent, so the call is not sent again.
+    The connection or stream dropped before ``task_id``, or a first /call was answered with a 5xx (a
+    gateway's 502 or 504 can come after the tool ran; ``status_code`` and ``detail`` are then set).
+    Tools are not idempotent, so the call is not sent again: check the environment's state instead.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None, detail: Any = None, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.status_code = status_code
+        self.detail = detail
+
+
+class CallDeadlineExceededError(DeadlineExceededError, OutcomeUnknownError):
+    """``call_timeout`` (or ``request_timeout`` for the answer's head) passed after the /call may have reached
+    the server. Both a ``DeadlineExceededError`` and an ``OutcomeUnknownError``: a handler for either catches
+    it, and the one for unknown outcomes must, since the tool may have run. With ``task_id`` set, the server
+    had accepted the call: the tool ran or is running, and only its result is missing.
     """
 
 

@@ -48,6 +48,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ors_lab.asgi import serve_app
+from ors_lab.client.policy import OUTCOME_HEADER
 from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream
 from ors_lab.client.transport import AiohttpTransport
 from ors_lab.events import (
@@ -204,7 +205,7 @@ class RecordingProxy:
         return Response(
             json.dumps({"detail": message, "outcome": "unknown"}),
             status_code=OUTCOME_UNKNOWN_STATUS,
-            headers={"x-should-retry": "false", "x-ors-lab-outcome": "unknown"},
+            headers={"x-should-retry": "false", OUTCOME_HEADER: "unknown"},
             media_type="application/json",
         )
 

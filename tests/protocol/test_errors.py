@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 
 import httpx2
@@ -9,8 +10,12 @@ import pytest
 
 from ors_lab.protocol import errors
 from ors_lab.protocol.errors import (
+    CallDeadlineExceededError,
+    ConnectionFailedError,
+    DeadlineExceededError,
     MalformedStreamError,
     ORSError,
+    OutcomeUnknownError,
     ServerError,
     SessionNotFoundError,
     StreamError,
@@ -21,11 +26,12 @@ from ors_lab.protocol.errors import (
 _TREE_LINE = re.compile(r"^((?:[│ ]   )*)(?:[├└]── )?([A-Z]\w+)\s")
 
 
-def drawn_tree() -> dict[str, str]:
-    """Each class in the docstring's tree mapped to the name of its parent (the root to Exception)."""
+def drawn_tree() -> dict[str, set[str]]:
+    """Each class in the docstring's tree mapped to the names of its parents (the root to Exception); a class
+    with two bases is drawn under each."""
     doc = errors.__doc__ or ""
     block = doc.split("::", 1)[1].split("\n\n")[1]
-    parents: dict[str, str] = {}
+    parents: dict[str, set[str]] = {}
     stack: list[str] = []
     for line in block.splitlines():
         match = _TREE_LINE.match(line.removeprefix("    "))
@@ -34,7 +40,7 @@ def drawn_tree() -> dict[str, str]:
         indent, name = match.groups()
         depth = len(indent) // 4 + (1 if stack else 0)
         del stack[depth:]
-        parents[name] = stack[-1] if stack else "Exception"
+        parents.setdefault(name, set()).add(stack[-1] if stack else "Exception")
         stack.append(name)
     return parents
 
@@ -44,19 +50,20 @@ TREE = drawn_tree()
 
 def test_tree_drawing_parsed() -> None:
     """The docstring's tree parses into the expected shape (a guard for the tests built on it)."""
-    assert TREE["ORSError"] == "Exception"
-    assert TREE["SessionNotFoundError"] == "ServerError"
-    assert TREE["OutcomeUnknownError"] == "StreamError"
-    assert TREE["SessionClosedError"] == "ORSError"
-    assert len(TREE) == 13
+    assert TREE["ORSError"] == {"Exception"}
+    assert TREE["SessionNotFoundError"] == {"ServerError"}
+    assert TREE["OutcomeUnknownError"] == {"StreamError"}
+    assert TREE["SessionClosedError"] == {"ORSError"}
+    assert TREE["CallDeadlineExceededError"] == {"DeadlineExceededError", "OutcomeUnknownError"}
+    assert len(TREE) == 17
 
 
-@pytest.mark.parametrize(("name", "parent"), sorted(TREE.items()))
-def test_class_has_drawn_parent(name: str, parent: str) -> None:
-    """Every class drawn in the docstring exists and derives directly from the parent drawn above it."""
+@pytest.mark.parametrize(("name", "parents"), sorted(TREE.items()))
+def test_class_has_drawn_parent(name: str, parents: set[str]) -> None:
+    """Every class drawn in the docstring exists and derives directly from the parents drawn above it."""
     cls = getattr(errors, name)
-    expected = Exception if parent == "Exception" else getattr(errors, parent)
-    assert cls.__bases__ == (expected,)
+    expected = {Exception if parent == "Exception" else getattr(errors, parent) for parent in parents}
+    assert set(cls.__bases__) == expected
 
 
 def test_tree_lists_every_exception() -> None:
@@ -102,3 +109,29 @@ def test_server_error_keeps_status_and_detail() -> None:
 def test_server_error_detail_defaults_to_none() -> None:
     """ServerError's detail is None unless given."""
     assert ServerError("teapot", status_code=418).detail is None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ServerError("teapot", status_code=418, detail={"a": 1}, session_id="s1"),
+        ConnectionFailedError("refused", before_sending=True, session_id="s1"),
+        DeadlineExceededError("slow", deadline=2.5, task_id="t1"),
+        OutcomeUnknownError("502", status_code=502, detail="bad gateway", session_id="s1"),
+        CallDeadlineExceededError("slow call", deadline=1.0, session_id="s1", task_id="t1"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_errors_pickle_with_their_fields(error: ORSError) -> None:
+    """Errors cross processes whole: the class, the message, the context and their own fields."""
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error)
+    assert vars(copy) == vars(error)
+
+
+def test_call_deadline_is_both_a_deadline_and_an_unknown_outcome() -> None:
+    """CallDeadlineExceededError is caught by handlers for either of its meanings, with both sets of fields."""
+    error = CallDeadlineExceededError("slow call", deadline=1.0, task_id="t1")
+    assert isinstance(error, DeadlineExceededError) and isinstance(error, OutcomeUnknownError)
+    assert (error.deadline, error.status_code, error.task_id) == (1.0, None, "t1")
+    assert not isinstance(DeadlineExceededError("x"), TimeoutError)
