@@ -44,6 +44,7 @@ from ors_lab.protocol import (
     ToolResult,
     ToolSpec,
     TraceFormatError,
+    TraceLockedError,
     UnknownTaskError,
 )
 from ors_lab.version import __version__
@@ -137,6 +138,7 @@ __all__ = [
     "ToolSpec",
     "Trace",
     "TraceFormatError",
+    "TraceLockedError",
     "UnknownTaskError",
     "WireEvent",
     "__version__",

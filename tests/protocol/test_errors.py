@@ -55,7 +55,7 @@ def test_tree_drawing_parsed() -> None:
     assert TREE["OutcomeUnknownError"] == {"StreamError"}
     assert TREE["SessionClosedError"] == {"ORSError"}
     assert TREE["CallDeadlineExceededError"] == {"DeadlineExceededError", "OutcomeUnknownError"}
-    assert len(TREE) == 17
+    assert len(TREE) == 18
 
 
 @pytest.mark.parametrize(("name", "parents"), sorted(TREE.items()))
