@@ -38,7 +38,7 @@ from ors_lab.events import (
     ToolOutputErrorEvent,
     UsageEvent,
 )
-from ors_lab.protocol.errors import EnvironmentStartingError, ORSError
+from ors_lab.protocol.errors import EnvironmentStartingError, ORSError, OutcomeUnknownError
 from ors_lab.protocol.models import Block, Task, TextBlock, ToolResult, ToolSpec
 
 __all__ = [
@@ -140,7 +140,8 @@ def error_event(exc: BaseException, *, source: str) -> ErrorEvent:
     its other failures, ``tool_error`` for the environment's, ``internal_error`` for the harness's
     and the agent's own; ``code`` is the exception's type. ``retryable`` and ``retry_after`` come
     from the HTTP answer behind the exception when it has one (429, 502, 503 and 504 are retryable,
-    and ``Retry-After`` seconds are passed on).
+    and ``Retry-After`` seconds are passed on); an ``OutcomeUnknownError`` never is, whatever its
+    status: the tool may have run.
     """
     status = getattr(exc, "status_code", None)
     if status == 429:
@@ -165,7 +166,8 @@ def error_event(exc: BaseException, *, source: str) -> ErrorEvent:
         error_type=kind,
         message=str(exc) or type(exc).__name__,
         source=source,
-        retryable=status in (429, 502, 503, 504, 529) or isinstance(exc, EnvironmentStartingError),
+        retryable=(status in (429, 502, 503, 504, 529) and not isinstance(exc, OutcomeUnknownError))
+        or isinstance(exc, EnvironmentStartingError),
         retry_after=retry_after,
         code=type(exc).__name__,
     )

@@ -7,7 +7,8 @@ A fault is written ``KIND[:VALUE][,tool=NAME][,times=N]`` (the command line's ``
 - ``stall:S``: wait S seconds after the response head before the stream goes on;
 - ``status:CODE``: answer CODE before any stream (``status:429`` comes with ``Retry-After: 1``,
   ``status:503-starting`` is openreward's ``503`` with ``x-backend-state: starting``); the recorded
-  answer is kept for the retry;
+  answer is kept for the retry, which the client sends only after a ``429`` or a ``503-starting``
+  (any other 5xx to a first ``/call`` is an ``OutcomeUnknownError``: the tool may have run);
 - ``malformed``: the ``end`` event carries a payload that is not JSON;
 - ``no-pings``: the stream's ``: ping`` comments are left out.
 
