@@ -52,7 +52,7 @@ from ors_lab.version import __version__
 if TYPE_CHECKING:
     from ors_lab.agents import Agent, Episode, Observation, OpenAIAgent, PolicyAgent, Step, ToolCall
     from ors_lab.analysis import Trace, load_trace
-    from ors_lab.evaluation import EvalResult, aevaluate, evaluate
+    from ors_lab.evaluation import EvalResult, EvaluationInterrupted, aevaluate, evaluate, last_result
     from ors_lab.recording import Recorder
     from ors_lab.replay import AgentReplayTransport, Fault, ReplayServer, ReplayTransport
 
@@ -65,8 +65,10 @@ _LAZY = {
     "Step": "ors_lab.agents",
     "ToolCall": "ors_lab.agents",
     "EvalResult": "ors_lab.evaluation",
+    "EvaluationInterrupted": "ors_lab.evaluation",
     "aevaluate": "ors_lab.evaluation",
     "evaluate": "ors_lab.evaluation",
+    "last_result": "ors_lab.evaluation",
     "Recorder": "ors_lab.recording",
     "Trace": "ors_lab.analysis",
     "load_trace": "ors_lab.analysis",
@@ -103,6 +105,7 @@ __all__ = [
     "EnvironmentStartingError",
     "Episode",
     "EvalResult",
+    "EvaluationInterrupted",
     "Event",
     "EventStream",
     "Fault",
@@ -144,5 +147,6 @@ __all__ = [
     "__version__",
     "aevaluate",
     "evaluate",
+    "last_result",
     "load_trace",
 ]

@@ -293,10 +293,17 @@ class PingEvent(Event):
 
 @dataclass(slots=True, kw_only=True)
 class CloseEvent(Event):
-    """A session closed (after its ``/delete``, whether that succeeded or not)."""
+    """A session closed, after its ``/delete``.
+
+    ``ok``: True once the server confirmed the delete (or answered that it no longer knew the
+    session); False when the delete still failed after its retries, ``error`` saying why: the
+    server may then still hold the session, until it reaps it (after 900 s without a ping).
+    """
 
     kind: ClassVar[str] = "close"
     LAYER: ClassVar[str] = "session"
+    ok: bool = True
+    error: str | None = None
 
 
 # -- the agent stream vocabulary ------------------------------------------------------------------

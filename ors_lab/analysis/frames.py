@@ -281,8 +281,8 @@ def calls_frame(table: pa.Table) -> pd.DataFrame:
 
 def sessions_frame(table: pa.Table) -> pd.DataFrame:
     """One row per session that opened."""
-    rows = _rows(table, ["open", "close", "ping", "result", "call_error"],
-                 ["session_id", "kind", "wall", "environment", "split", "task_index", "task"], agent=False)  # fmt: skip
+    columns = ["session_id", "kind", "wall", "environment", "split", "task_index", "task", "ok"]
+    rows = _rows(table, ["open", "close", "ping", "result", "call_error"], columns, agent=False)
     opened = rows[rows["kind"] == "open"].drop_duplicates("session_id").set_index("session_id")
     if opened.empty:
         return _typed(pd.DataFrame(), SESSIONS_COLUMNS)
@@ -291,7 +291,8 @@ def sessions_frame(table: pa.Table) -> pd.DataFrame:
         name: (kind.isin(kinds)).groupby(rows["session_id"], sort=False).sum()
         for name, kinds in (("calls", ["result", "call_error"]), ("errors", ["call_error"]), ("pings", ["ping"]))
     }
-    closed = rows[kind == "close"].groupby("session_id", sort=False)["wall"].last()
+    confirmed = (kind == "close") & ~rows["ok"].eq(False).fillna(False)  # ok false: its delete failed
+    closed = rows[confirmed].groupby("session_id", sort=False)["wall"].last()
     frame = opened[["environment", "split", "task_index", "task"]].copy()
     frame["opened"] = opened["wall"]
     frame["closed"] = closed

@@ -197,6 +197,10 @@ def _errors(table: pa.Table, calls: pd.DataFrame) -> list[str]:
         summary = ", ".join(f"{status} x{count}" for status, count in sorted(counts.items()))
         lines.append(f"HTTP statuses >= 400  {len(statuses)} ({summary})")
         lines.extend(_messages(f"{status} {message}" for status, message in statuses))
+    undeleted = [row for row in _select(table, ["close"], ["session_id", "ok", "error"]) if row["ok"] is False]
+    if undeleted:  # the server may still hold these sessions: "unclosed" above counts them
+        lines.append(f"sessions whose delete failed  {len(undeleted)}")
+        lines.extend(_messages(f"{row['session_id']}: {row['error'] or '(no message)'}" for row in undeleted))
     kinds = Counter(_select_column(table, ["retry", "disconnect"], "kind"))
     if kinds:
         lines.append(f"retries  {kinds['retry']}, dropped streams  {kinds['disconnect']}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import time
@@ -29,6 +30,7 @@ from typing import Any, Self
 import httpx2
 
 from ors_lab.client.policy import BEFORE_SENDING, RETRY_STATUSES, RetryPolicy, is_starting, outcome_unknown
+from ors_lab.client.shielding import outlast_cancel
 from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream
 from ors_lab.client.transport import AiohttpTransport
 from ors_lab.events import (
@@ -61,7 +63,7 @@ from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec, bl
 from ors_lab.protocol.sse import MAX_LINE_BYTES
 from ors_lab.version import __version__
 
-__all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession"]
+__all__ = ["DEFAULT_TIMEOUT", "DELETE_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession"]
 
 DEFAULT_TIMEOUT = httpx2.Timeout(60.0, connect=10.0)
 """Per network step: 10 s to connect, 60 s for each read (including a /call's response to start)."""
@@ -76,6 +78,10 @@ USER_AGENT = f"ors-lab/{__version__}"
 URL_TEXT = "ors_lab.url"
 """The request extension holding ``str(request.url)``, made once per path."""
 SESSION_NOT_FOUND = "Active environment not found"
+DELETE_TIMEOUT = 10.0
+"""The most a session's delete takes, its retries included: how long Ctrl-C or a cancel can wait on a
+server that does not answer (a live one answers in milliseconds; deletes of several sessions run at once)."""
+DELETE_ATTEMPTS = 3
 
 
 def _dumps(value: Any) -> bytes:
@@ -849,18 +855,37 @@ class AsyncSession:
                 body["secrets"] = self._secrets
         self._state = "opening"
         self.client._sessions.add(self)
+        create = asyncio.ensure_future(self._json("POST", "/create", body, extra_headers=headers))
         try:
-            await self._json("POST", "/create", body, extra_headers=headers)
+            await outlast_cancel(create, grace=DELETE_TIMEOUT)
+        except asyncio.CancelledError:
+            await self._abandon(create)  # cancelled with the /create on its way: the server may hold the session
+            raise
         except BaseException:
             self._state = "closed"
             self.client._sessions.discard(self)
             raise
+        self._opened()
+
+    def _opened(self) -> None:
         self._state = "open"
         if self.events.active:
             self.events.publish(OpenEvent(session_id=self.sid, environment=self.environment, split=self.split,
                                           task_index=self.index,
                                           task=None if self.task is None else self.task.spec))  # fmt: skip
         self._pinger = asyncio.create_task(self._keep_alive(), name=f"ors-lab ping {self.sid}")
+
+    async def _abandon(self, create: asyncio.Future[Any]) -> None:
+        """After a cancel during ``open``: delete the session unless the server surely never made it."""
+        failed = None if create.cancelled() else create.exception()
+        if isinstance(failed, ServerError):  # the server answered: no session was made
+            self._state = "closed"
+            self.client._sessions.discard(self)
+            return
+        if failed is None and not create.cancelled():
+            self._opened()  # it was made: recorded as opened, then closed like any other
+        with contextlib.suppress(Exception):  # a failed delete is on its close event; the cancel goes on
+            await self.close()
 
     async def _keep_alive(self) -> None:
         while True:
@@ -912,7 +937,14 @@ class AsyncSession:
         return await self.client._call(self, name, input or {})
 
     async def close(self) -> None:
-        """Stop the pings and delete the session on the server (safe to call twice)."""
+        """Stop the pings and delete the session on the server (safe to call twice).
+
+        The delete is tried up to ``DELETE_ATTEMPTS`` times within ``DELETE_TIMEOUT`` seconds, and
+        a cancel (Ctrl-C) cannot cut it short: the cancelled caller waits for it, then gets its
+        ``CancelledError``. The ``close`` event says whether the server confirmed it (``ok``); a
+        delete that still failed raises its error (``OutcomeUnknownError`` when the server never
+        answered in time).
+        """
         if self._state in ("closed", "new"):
             self._state = "closed"
             return
@@ -921,8 +953,36 @@ class AsyncSession:
         pinger, self._pinger = self._pinger, None
         if pinger is not None:
             pinger.cancel()
+        await outlast_cancel(self._delete())
+
+    async def _delete(self) -> None:
+        """``POST /delete`` until the server confirms it (or no longer knows the session), then the close event."""
+        error: Exception | None = None
         try:
-            await self._json("POST", "/delete")
-        finally:
-            if self.events.active:
-                self.events.publish(CloseEvent(session_id=self.sid))
+            async with asyncio.timeout(DELETE_TIMEOUT):
+                for attempt in range(1, DELETE_ATTEMPTS + 1):
+                    try:
+                        await self._json("POST", "/delete")
+                    except SessionNotFoundError:
+                        error = None  # the server no longer holds it: nothing left to delete
+                    except Exception as exc:  # any failure: try again, then report it
+                        error = exc
+                        if attempt < DELETE_ATTEMPTS:
+                            await asyncio.sleep(self.client.retry.backoff_for(attempt))
+                            continue
+                    else:
+                        error = None
+                    break
+        except TimeoutError as exc:
+            error = OutcomeUnknownError(
+                f"the server did not confirm deleting the session within {DELETE_TIMEOUT:g} s "
+                f"(last error: {describe_error(error) if error is not None else 'none'}); it may still hold "
+                "the session until it reaps it (900 s without a ping)",
+                session_id=self.sid,
+            )
+            error.__cause__ = exc
+        if self.events.active:
+            self.events.publish(CloseEvent(session_id=self.sid, ok=error is None,
+                                           error=None if error is None else describe_error(error)))  # fmt: skip
+        if error is not None:
+            raise error

@@ -12,12 +12,22 @@ Two ways, chosen once, when the sync ``Client`` is made:
 
 ``nest_asyncio2`` rather than ``nest_asyncio``: the latter breaks JupyterLab's Run All on
 ipykernel 7 (``shared/notebook-testing.md``).
+
+Ctrl-C (and the notebook's stop button, which sends SIGINT) becomes a cancel of the running call:
+its cleanup runs as a cancelled task's does (sessions deleted, a trace closed), more Ctrl-C do not
+cut it short (``CLEANUP_TIMEOUT`` bounds the wait), then a bare ``KeyboardInterrupt`` is raised from
+``run``. In a script the signal reaches the main thread waiting on the loop thread; on Jupyter's loop
+a handler is installed for the call's duration so that the signal never raises inside the loop's
+tasks (the library's, aiohttp's or the kernel's own, which could kill the kernel).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -26,7 +36,63 @@ __all__ = ["Runner"]
 T = TypeVar("T")
 
 CLEANUP_TIMEOUT = 30.0
-"""After Ctrl-C, how long ``Runner.run`` waits for the cancelled coroutine's cleanup."""
+"""After Ctrl-C, how long ``Runner.run`` waits for the cancelled coroutine's cleanup (deleting its
+sessions, closing a trace) before raising ``KeyboardInterrupt`` anyway."""
+
+
+BLOCKED_AFTER = 2.0
+"""After a first Ctrl-C whose cancel the loop has not run for this long, the next one interrupts whatever
+holds the loop (see ``_SigintCancels``)."""
+
+
+class _SigintCancels:
+    """While a nested run lasts, Ctrl-C cancels its task instead of raising ``KeyboardInterrupt`` wherever
+    the loop happens to stand (inside aiohttp, inside the kernel's own tasks: that is what killed kernels).
+
+    The first SIGINT schedules the cancel; later ones are ignored (the cleanup is bounded), unless the
+    loop has still not run the cancel ``BLOCKED_AFTER`` seconds after the first: then synchronous code
+    holds the loop (an agent calling ``time.sleep``), and the SIGINT raises ``KeyboardInterrupt`` where
+    it stands, as Python would. Only on the main thread, only when no other run of ours already listens,
+    and never when SIGINT is ignored.
+    """
+
+    active = False
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.task: asyncio.Future[Any] | None = None
+        self.requested = self.delivered = False
+        self._first = 0.0
+        self._previous: Any = None
+        self._installed = False
+
+    def install(self) -> None:
+        if _SigintCancels.active or threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGINT)
+        if previous in (signal.SIG_IGN, None):
+            return
+        self._previous = previous
+        signal.signal(signal.SIGINT, self._on_sigint)
+        self._installed = _SigintCancels.active = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = _SigintCancels.active = False
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        if self.requested:
+            if not self.delivered and time.monotonic() - self._first > BLOCKED_AFTER:
+                raise KeyboardInterrupt  # synchronous code holds the loop: interrupt it where it stands
+            return
+        self.requested, self._first = True, time.monotonic()
+        self.loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:  # on the loop, which only runs once the task is made
+        self.delivered = True
+        if self.task is not None:
+            self.task.cancel()
 
 
 class Runner:
@@ -60,35 +126,66 @@ class Runner:
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the runner's loop and return its result.
 
-        Ctrl-C cancels it; on the private loop thread, ``run`` then waits (up to
-        ``CLEANUP_TIMEOUT`` seconds) for the cancelled coroutine to finish its cleanup (deleting
-        sessions, closing a trace) before re-raising, so that exiting the script does not cut it short.
+        Ctrl-C cancels it: the coroutine unwinds as a cancelled task does (deleting its sessions,
+        closing a trace), ``run`` waits for that (``CLEANUP_TIMEOUT`` seconds at most; more Ctrl-C
+        meanwhile do not cut it short), then raises a bare ``KeyboardInterrupt``. On Jupyter's loop
+        the signal is turned into the cancel (see ``_SigintCancels``), so it never lands inside
+        the library's or the kernel's own code.
         """
         if self._thread is None:
-            task = asyncio.ensure_future(coro, loop=self._loop)
-            try:
-                return self._loop.run_until_complete(task)
-            except BaseException:
-                task.cancel()
-                raise
+            return self._run_nested(coro)
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("the sync Client was called from its own event loop thread; use AsyncClient there")
-        ended = threading.Event()
+        return self._run_in_thread(coro)
 
-        async def to_the_end() -> T:
-            try:
-                return await coro
-            finally:
+    def _run_nested(self, coro: Coroutine[Any, Any, T]) -> T:
+        interrupt = _SigintCancels(self._loop)
+        task: asyncio.Task[T] | None = None
+        try:
+            interrupt.install()  # first: from here on Ctrl-C cannot land between making the task and running it
+            task = interrupt.task = asyncio.ensure_future(coro, loop=self._loop)
+            return self._loop.run_until_complete(task)
+        except BaseException as exc:
+            if task is None:
+                coro.close()
+            elif not task.done():  # a KeyboardInterrupt raised past the cancel: still let the task clean up
+                task.cancel()
+                self._loop.run_until_complete(asyncio.wait({task}, timeout=CLEANUP_TIMEOUT))
+                if not task.done():
+                    task.add_done_callback(_retrieve)
+            if interrupt.requested or isinstance(exc, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            interrupt.uninstall()
+
+    def _run_in_thread(self, coro: Coroutine[Any, Any, T]) -> T:
+        ended = threading.Event()
+        tasks: list[asyncio.Task[T]] = []
+
+        def start() -> None:  # on the loop thread
+            task = self._loop.create_task(coro)
+            task.add_done_callback(lambda _: ended.set())
+            tasks.append(task)
+
+        def cancel() -> None:  # on the loop thread, after start (callbacks run in order)
+            if tasks:
+                tasks[0].cancel()
+            else:  # Ctrl-C came before start was even scheduled
+                coro.close()
                 ended.set()
 
-        future = asyncio.run_coroutine_threadsafe(to_the_end(), self._loop)
         try:
-            return future.result()
-        except BaseException:
-            future.cancel()
-            ended.wait(CLEANUP_TIMEOUT)
-            raise
+            self._loop.call_soon_threadsafe(start)
+            ended.wait()
+        except KeyboardInterrupt:
+            self._loop.call_soon_threadsafe(cancel)
+            _wait_through_interrupts(ended, CLEANUP_TIMEOUT)
+            if tasks and tasks[0].done():
+                _retrieve(tasks[0])
+            raise KeyboardInterrupt from None
+        return tasks[0].result()
 
     def close(self) -> None:
         """Stop the private loop thread (nothing to do on a borrowed loop)."""
@@ -96,3 +193,20 @@ class Runner:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
             self._loop.close()
+
+
+def _wait_through_interrupts(ended: threading.Event, bound: float) -> None:
+    """Wait for ``ended``, ``bound`` seconds at most, whatever more Ctrl-C come meanwhile."""
+    deadline = time.monotonic() + bound
+    while not ended.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        with contextlib.suppress(KeyboardInterrupt):
+            ended.wait(left)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a finished task's exception as seen (the interrupt is what is reported)."""
+    if not task.cancelled():
+        task.exception()

@@ -2,7 +2,8 @@
 
 Each method runs its async twin to completion through a ``Runner`` (see ``runner.py``), so the sync
 client works in scripts and inside Jupyter's running loop alike, and sessions keep pinging while
-the caller is idle.
+the caller is idle. Ctrl-C during a call cancels it cleanly and raises ``KeyboardInterrupt``
+(``Runner.run``); leaving a ``with session:`` block that way still deletes the session.
 """
 
 from __future__ import annotations

@@ -22,19 +22,25 @@ How a run goes:
   already at PATH (finished, or the parts of a killed run), the pairs whose ``episode`` row is in
   it without an error are not run again: their rows come from the trace, and the run appends
   to it. Failed episodes are run again.
-- Ctrl-C or cancelling stops the workers, deletes their open sessions, closes the trace (valid,
-  and resumable) and re-raises.
+- Ctrl-C or cancelling stops the workers (each is cancelled once), deletes their open sessions
+  (a delete is not cut short by more cancels, and takes ``DELETE_TIMEOUT`` = 10 s at most),
+  closes the trace (valid, and resumable), keeps the partial result and re-raises: ``evaluate``
+  raises ``EvaluationInterrupted`` (a ``KeyboardInterrupt``) whose ``.result`` is the partial
+  ``EvalResult``, with a one-line message; a cancelled ``aevaluate`` raises ``CancelledError``.
+  Either way ``last_result()`` gives the partial result.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -53,10 +59,13 @@ from ors_lab.analysis.frames import finished_episodes
 from ors_lab.analysis.reduce import Reduction, check_reduction, reduce_reward
 from ors_lab.analysis.trace import load_trace
 from ors_lab.client import AsyncEnvironment, Environment, Runner
+from ors_lab.client.runner import CLEANUP_TIMEOUT
+from ors_lab.client.shielding import outlast_cancel
 from ors_lab.evaluation.progress import TextProgress
 from ors_lab.evaluation.result import ANALYSIS_KINDS, EvalResult
 from ors_lab.events import (
     AGENT_KINDS,
+    CloseEvent,
     EpisodeEvent,
     Event,
     EventStream,
@@ -72,9 +81,37 @@ from ors_lab.recording.redact import Redactor
 from ors_lab.recording.rows import Rows
 from ors_lab.recording.schema import SCHEMA
 
-__all__ = ["aevaluate", "evaluate"]
+__all__ = ["EvaluationInterrupted", "aevaluate", "evaluate", "last_result"]
 
 Key = tuple[str, str, int, int]
+log = logging.getLogger("ors_lab.evaluation")
+
+_last: EvalResult | None = None
+
+
+def last_result() -> EvalResult | None:
+    """The result of the latest ``evaluate`` / ``aevaluate`` of this process to end, finished or
+    interrupted (then partial: the episodes that ended before the interrupt); None before any."""
+    return _last
+
+
+class EvaluationInterrupted(KeyboardInterrupt):
+    """``evaluate`` was interrupted (Ctrl-C, the notebook's stop button); ``result`` is the partial
+    ``EvalResult`` (None if the cleanup did not end in time). ``except KeyboardInterrupt`` catches it.
+
+    In IPython and Jupyter it shows as its one-line message, without a traceback.
+    """
+
+    def __init__(self, message: str, result: EvalResult | None) -> None:
+        super().__init__(message)
+        self.result = result
+
+    def __reduce__(self) -> tuple[type[EvaluationInterrupted], tuple[str, EvalResult | None]]:
+        return (type(self), (str(self), self.result))
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows instead of a traceback through the library: the message alone."""
+        return [f"{type(self).__name__}: {self}"]
 
 
 async def aevaluate(
@@ -103,75 +140,188 @@ async def aevaluate(
     ``progress``: show the progress line. ``reward`` and ``success_threshold``: how steps reduce to
     an episode's reward and success (``ors_lab.analysis.reduce``). ``subscribe``: called with every
     agent event of the run (``ors_lab.events``), inline.
+
+    Cancelled, it stops its episodes, deletes their sessions and closes the trace before raising
+    ``CancelledError``; ``last_result()`` then holds the partial result.
     """
+    return await _evaluate(
+        env,
+        agent,
+        _Options(split, tasks, rollouts, concurrency, max_steps, timeout, record, resume, progress, reward,
+                 success_threshold, subscribe),
+        _Ending(),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Options:
+    split: str
+    tasks: int | Sequence[int] | None
+    rollouts: int
+    concurrency: int
+    max_steps: int | None
+    timeout: float | None
+    record: str | os.PathLike[str] | Recorder | None
+    resume: bool
+    progress: bool
+    reward: Reduction
+    success_threshold: float
+    subscribe: Subscriber | None
+
+
+async def _evaluate(
+    env: AsyncEnvironment | Environment, agent: Agent | Policy, o: _Options, ending: _Ending
+) -> EvalResult:
+    """``aevaluate``'s work; ``ending`` follows how far it got (for ``evaluate``'s message if interrupted)."""
+    global _last
+    ending.started = True
     aenv = _async_environment(env)
-    if rollouts < 1:
-        raise ValueError(f"rollouts must be 1 or more, not {rollouts}")
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be 1 or more, not {concurrency}")
-    if max_steps is not None and max_steps < 1:
-        raise ValueError(f"max_steps must be 1 or more (or None), not {max_steps}")
-    check_reduction(reward)
+    if o.rollouts < 1:
+        raise ValueError(f"rollouts must be 1 or more, not {o.rollouts}")
+    if o.concurrency < 1:
+        raise ValueError(f"concurrency must be 1 or more, not {o.concurrency}")
+    if o.max_steps is not None and o.max_steps < 1:
+        raise ValueError(f"max_steps must be 1 or more (or None), not {o.max_steps}")
+    check_reduction(o.reward)
     runner = as_agent(agent)
     events = EventStream(parent=aenv.events)
     run_env = AsyncEnvironment(aenv.client, aenv.name, events=events)
-    recorder, own_recorder, done, resumed_rows = _open_recorder(record, resume, aenv.name, split)
+    recorder, own_recorder, done, resumed_rows = _open_recorder(o.record, o.resume, aenv.name, o.split)
     # the result's rows: taken from the tables the recorder writes, else made here
     rows: _RecordedRows | _ResultRows = _RecordedRows(recorder) if recorder is not None else _ResultRows()
-    subscriptions = [events.subscribe(rows, kinds=rows.KINDS)]
+    subscriptions = [events.subscribe(rows, kinds=rows.KINDS), events.subscribe(ending, kinds=ending.KINDS)]
     meter: TextProgress | None = None
     workers: list[asyncio.Task[None]] = []
+    resumed: list[str] = []
     started = time.monotonic()
+    stopped_by: BaseException | None = None
     try:
         if recorder is not None:
             subscriptions.append(events.subscribe(recorder))  # from the first request: a replay needs them all
-        if subscribe is not None:
-            subscriptions.append(events.subscribe(subscribe, kinds=AGENT_KINDS))
-        indices = await _task_indices(run_env, split, tasks)
+        if o.subscribe is not None:
+            subscriptions.append(events.subscribe(o.subscribe, kinds=AGENT_KINDS))
+        indices = await _task_indices(run_env, o.split, o.tasks)
         keys = {
-            (index, rollout): (aenv.name, split, index, rollout) for index in indices for rollout in range(rollouts)
+            (index, rollout): (aenv.name, o.split, index, rollout) for index in indices for rollout in range(o.rollouts)
         }
+        ending.total = len(keys)
         resumed = [done[key] for key in keys.values() if key in done]
         todo = deque(pair for pair, key in keys.items() if key not in done)
-        if progress:
-            meter = TextProgress(len(keys), label=f"eval {aenv.name}/{split}", done=len(resumed))
+        if o.progress:
+            meter = TextProgress(len(keys), label=f"eval {aenv.name}/{o.split}", done=len(resumed))
             subscriptions.append(events.subscribe(meter, kinds=["episode"]))
 
         async def work() -> None:
             while todo:
                 index, rollout = todo.popleft()
-                await _episode(run_env, runner, split, index, rollout, max_steps, timeout, reward, success_threshold)
+                await _episode(run_env, runner, o.split, index, rollout, o.max_steps, o.timeout, o.reward,
+                               o.success_threshold)  # fmt: skip
 
         workers = [
-            asyncio.create_task(work(), name=f"ors-lab eval worker {n}") for n in range(min(concurrency, len(todo)))
+            asyncio.create_task(work(), name=f"ors-lab eval worker {n}") for n in range(min(o.concurrency, len(todo)))
         ]
-        await asyncio.gather(*workers)
-    except BaseException:
-        for worker in workers:
-            worker.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)  # each closes its session on the way out
-        raise
-    finally:
-        for subscription in subscriptions:
-            subscription.close()
-        if meter is not None:
-            meter.close()
-        if recorder is not None:  # every row of the run written, and handed to its reader
-            await asyncio.to_thread(recorder.close if own_recorder else recorder.flush)
+        if workers:  # not gather: cancelling this task must not cancel the workers behind _stop's back
+            await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+            for worker in workers:
+                if worker.done() and not worker.cancelled() and worker.exception() is not None:
+                    raise worker.exception()  # type: ignore[misc]  # a bug: the episodes never raise
+    except BaseException as exc:  # cancelled (Ctrl-C), or a bug
+        stopped_by = exc
+        with contextlib.suppress(asyncio.CancelledError):  # cancelled again meanwhile: it is re-raised below anyway
+            await outlast_cancel(_stop(workers))  # each closes its session on the way out
+    for subscription in subscriptions:
+        subscription.close()
+    if meter is not None:
+        meter.close()
+    if recorder is not None:  # every row of the run written, and handed to its reader; never left half-done
+        try:
+            await outlast_cancel(asyncio.to_thread(recorder.close if own_recorder else recorder.flush))
+        except asyncio.CancelledError as exc:  # cancelled as the run ended: it ends as an interrupted run
+            stopped_by = stopped_by or exc
+        except Exception:
+            if stopped_by is None:
+                raise
+            log.exception("ors_lab: closing the trace of an interrupted evaluation failed")
+    if stopped_by is None:
+        _last = _result(rows, resumed_rows, resumed, aenv.name, o, recorder, started)
+        return _last
+    try:
+        _last = ending.result = _result(rows, resumed_rows, resumed, aenv.name, o, recorder, started)
+    except Exception:  # the interrupt is what is reported; the trace still holds it all
+        log.exception("ors_lab: the partial result of an interrupted evaluation could not be built")
+    ending.cleaned = True
+    raise stopped_by
+
+
+async def _stop(workers: list[asyncio.Task[None]]) -> None:
+    """Cancel each worker once and wait for all of them to end (their sessions deleted)."""
+    for worker in workers:
+        worker.cancel()
+    if workers:
+        await asyncio.wait(workers)
+    for worker in workers:
+        if not worker.cancelled():
+            worker.exception()  # retrieved: the interrupt is what is reported
+
+
+def _result(
+    rows: _RecordedRows | _ResultRows,
+    resumed_rows: pa.Table | None,
+    resumed: list[str],
+    environment: str,
+    o: _Options,
+    recorder: Recorder | None,
+    started: float,
+) -> EvalResult:
     table = rows.table()
     if resumed_rows is not None:
         table = pa.concat_tables([_slim(_of_sessions(resumed_rows, set(resumed))), table])
     return EvalResult(
         table,
-        environment=aenv.name,
-        split=split,
-        rollouts=rollouts,
-        reward=reward,
-        success_threshold=success_threshold,
+        environment=environment,
+        split=o.split,
+        rollouts=o.rollouts,
+        reward=o.reward,
+        success_threshold=o.success_threshold,
         trace=None if recorder is None else str(recorder.path),
         elapsed_s=time.monotonic() - started,
         resumed=len(resumed),
     )
+
+
+class _Ending:
+    """How a run ended, for the message of an interrupt: episodes ended, deletes that failed."""
+
+    KINDS = ("episode", "close")
+
+    def __init__(self) -> None:
+        self.started = self.cleaned = False
+        self.total: int | None = None
+        self.episodes = 0
+        self.unclosed = 0
+        self.result: EvalResult | None = None
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, EpisodeEvent):
+            self.episodes += 1
+        elif isinstance(event, CloseEvent) and not event.ok:
+            self.unclosed += 1
+
+    def message(self) -> str:
+        total = "" if self.total is None else f" of {self.total}"
+        if not self.started:
+            return "evaluate interrupted before it started: no session was opened"
+        if not self.cleaned:
+            return (f"evaluate interrupted after {self.episodes}{total} episodes; its cleanup did not end "
+                    f"within {CLEANUP_TIMEOUT:g} s and goes on in the background")  # fmt: skip
+        closed = (
+            "all sessions closed"
+            if not self.unclosed
+            else f"{self.unclosed} sessions could not be deleted (the server reaps them after 900 s)"
+        )
+        where = f", trace {self.result.trace}" if self.result is not None and self.result.trace else ""
+        return (f"evaluate interrupted: {self.episodes}{total} episodes ended, {closed}{where}; "
+                "the partial result is ors_lab.last_result()")  # fmt: skip
 
 
 def evaluate(
@@ -193,32 +343,23 @@ def evaluate(
 ) -> EvalResult:
     """The sync twin of ``aevaluate`` (the same arguments); works in scripts and inside Jupyter's loop.
 
-    Ctrl-C stops it as cancelling ``aevaluate`` does: the runner waits for the sessions and the
-    trace to be closed before re-raising.
+    Ctrl-C (or the notebook's stop button) stops it as cancelling ``aevaluate`` does: the sessions
+    are deleted and the trace closed before it raises ``EvaluationInterrupted``, a
+    ``KeyboardInterrupt`` with a one-line message whose ``.result`` is the partial ``EvalResult``
+    (also ``last_result()``).
     """
-    run = aevaluate(
-        env.aio if isinstance(env, Environment) else env,
-        agent,
-        split=split,
-        tasks=tasks,
-        rollouts=rollouts,
-        concurrency=concurrency,
-        max_steps=max_steps,
-        timeout=timeout,
-        record=record,
-        resume=resume,
-        progress=progress,
-        reward=reward,
-        success_threshold=success_threshold,
-        subscribe=subscribe,
-    )
-    if isinstance(env, Environment):
-        return env.runner.run(run)
-    runner = Runner()
+    options = _Options(split, tasks, rollouts, concurrency, max_steps, timeout, record, resume, progress, reward,
+                       success_threshold, subscribe)  # fmt: skip
+    ending = _Ending()
+    run = _evaluate(env.aio if isinstance(env, Environment) else env, agent, options, ending)
+    runner = env.runner if isinstance(env, Environment) else Runner()
     try:
         return runner.run(run)
+    except KeyboardInterrupt:
+        raise EvaluationInterrupted(ending.message(), ending.result) from None
     finally:
-        runner.close()
+        if not isinstance(env, Environment):
+            runner.close()
 
 
 UNREAD = ("method", "url", "status", "headers", "body", "event", "sse_id", "retry_ms", "comment")

@@ -113,7 +113,7 @@ _OWN: dict[type[Event], tuple[str, ...]] = {
     CallErrorEvent: ("session_id", "call", "task_id", "error"),
     OpenEvent: ("session_id", "environment", "split", "task_index", "task"),
     PingEvent: ("session_id",),
-    CloseEvent: ("session_id",),
+    CloseEvent: ("session_id", "ok", "error"),
 }
 
 
@@ -317,7 +317,7 @@ class Rows:
     def _close(self, kind: type, e: CloseEvent) -> Item:
         if e.session_id is not None:  # nothing of a session follows its close: forgotten once its rows are made
             self._closed.append((self.next_seq, e.session_id))
-        return (kind, e.session_id, e.t_ns)
+        return (kind, e.session_id, e.ok, e.error, e.t_ns)
 
     # -- rows written by hand --------------------------------------------------------------------
 

@@ -19,7 +19,8 @@ request URL path ends with ``/call`` and whose response is 200 with an SSE conte
   event's data;
 - ``pings``: no silence longer than ``ping_interval + ping_slack`` seconds between consecutive rows
   of a stream, from its response to its terminal event (the server pings every 10 s);
-- ``session-closed``: every session with an ``open`` row has a ``close`` row.
+- ``session-closed``: every session with an ``open`` row has a ``close`` row, and the server confirmed
+  its delete (not ``ok`` false).
 
 Rows that carry no ``exchange`` (none do in a trace this version writes) are not checked.
 """
@@ -54,7 +55,7 @@ RULES = {
     "invalid-json": "the chunk and end data, joined, are a valid RunToolOutput",
     "ok-false-in-end": "ok:false comes only inside the end payload, never as an error event's data",
     "pings": "a running call is never silent for longer than the ping interval plus the slack",
-    "session-closed": "every session that was opened is closed",
+    "session-closed": "every session that was opened is closed, its delete confirmed by the server",
 }
 """Every rule's id and what it requires."""
 
@@ -296,19 +297,29 @@ class _StreamCheck:
 
 
 def _unclosed_sessions(trace: Trace) -> list[Violation]:
-    rows = _rows(trace.table, ("open", "close"), ["seq", "kind", "session_id"])
-    closed = {row["session_id"] for row in rows if row["kind"] == "close"}
+    """Sessions opened and never closed, or whose delete the server never confirmed (``close`` with ``ok``
+    false; older traces have no ``ok`` on ``close`` rows: each counts as confirmed)."""
+    rows = _rows(trace.table, ("open", "close"), ["seq", "kind", "session_id", "ok", "error"])
+    closed = {row["session_id"] for row in rows if row["kind"] == "close" and row["ok"] is not False}
+    failed = {row["session_id"]: row for row in rows if row["kind"] == "close" and row["ok"] is False}
     partial = " (the trace is partial: its recording never finished)" if trace.partial else ""
-    return [
-        Violation(
-            "session-closed",
-            f"the session was opened at seq {row['seq']} and never closed{partial}",
-            session_id=row["session_id"],
-            seqs=(row["seq"],),
-        )
-        for row in rows
-        if row["kind"] == "open" and row["session_id"] not in closed
-    ]
+    violations = []
+    for row in rows:
+        sid = row["session_id"]
+        if row["kind"] != "open" or sid in closed:
+            continue
+        if sid in failed:
+            close = failed[sid]
+            message = (
+                f"the session was opened at seq {row['seq']} and its delete at seq {close['seq']} failed "
+                f"({close['error']}): the server may still hold it"
+            )
+            seqs: tuple[int, ...] = (row["seq"], close["seq"])
+        else:
+            message = f"the session was opened at seq {row['seq']} and never closed{partial}"
+            seqs = (row["seq"],)
+        violations.append(Violation("session-closed", message, session_id=sid, seqs=seqs))
+    return violations
 
 
 def _rows(table: pa.Table, kinds: Iterable[str], columns: list[str]) -> list[dict[str, Any]]:

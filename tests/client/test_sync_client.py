@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -66,6 +67,21 @@ def test_keyboard_interrupt_deletes_the_session(ors_sdk_server: Any) -> None:
         assert ping_status(ors_sdk_server.url, session.sid) == 404
 
 
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process, as in a terminal, for the test's duration.
+
+    A process started with SIGINT ignored (a background job of a non-interactive shell, as test
+    runs often are) inherits SIG_IGN, and Python then keeps it: a SIGINT is silently dropped.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("sigint_raises")
 def test_keyboard_interrupt_during_a_call_deletes_the_session(ors_sdk_server: Any) -> None:
     """Ctrl-C while a sync call waits on a slow tool cancels it and deletes the session."""
     with ol.Client(ors_sdk_server.url) as client:

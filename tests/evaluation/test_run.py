@@ -353,20 +353,26 @@ def test_resume_after_sigkill_runs_each_pair_exactly_once(ors_sdk_server: Server
 INTERRUPTED_RUN = textwrap.dedent(
     """
     import sys
+    import ors_lab
     from ors_lab import Client
     from ors_lab.evaluation import evaluate
     from tests.evaluation.policies import slow_lab_policy
 
     with Client(sys.argv[1]) as client:
         print("started", flush=True)
-        evaluate(client.environment("lab"), slow_lab_policy, split="train", rollouts=200, concurrency=4,
-                 record=sys.argv[2], progress=False)
+        try:
+            evaluate(client.environment("lab"), slow_lab_policy, split="train", rollouts=200, concurrency=4,
+                     record=sys.argv[2], progress=False)
+        except KeyboardInterrupt as exc:
+            print(len(exc.result.episodes), exc.result is ors_lab.last_result(), flush=True)
+            raise
     """
 )
 
 
 def test_ctrl_c_stops_cleanly(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
-    """SIGINT during a sync evaluate: KeyboardInterrupt, sessions deleted, the trace compacted and valid."""
+    """SIGINT during a sync evaluate: sessions deleted, the trace compacted and valid, the partial result kept,
+    and one short message (EvaluationInterrupted, a KeyboardInterrupt), not a traceback through the library."""
     path = tmp_path / "run.parquet"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED_RUN, ors_sdk_server.url, str(path)], env=env,
@@ -378,12 +384,15 @@ def test_ctrl_c_stops_cleanly(ors_sdk_server: ServerProcess, tmp_path: Path) -> 
         time.sleep(0.05)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert err.splitlines()[-1].startswith("ors_lab.evaluation.run.EvaluationInterrupted: evaluate interrupted: ")
+    assert "all sessions closed" in err and "asyncio" not in err and len(err.splitlines()) <= 10, err
     trace = load_trace(path)
     assert not trace.partial
     assert len(trace.sessions) > 0
     assert not _unclosed(path)
+    assert out.split() == [str(len(trace.episodes)), "True"]  # the partial result: every episode begun
 
 
 NESTED_RUN = textwrap.dedent(
