@@ -858,12 +858,8 @@ class AsyncSession:
         create = asyncio.ensure_future(self._json("POST", "/create", body, extra_headers=headers))
         try:
             await outlast_cancel(create, grace=DELETE_TIMEOUT)
-        except asyncio.CancelledError:
-            await self._abandon(create)  # cancelled with the /create on its way: the server may hold the session
-            raise
-        except BaseException:
-            self._state = "closed"
-            self.client._sessions.discard(self)
+        except BaseException:  # cancelled, or failed: the server may hold the session all the same
+            await self._abandon(create)
             raise
         self._opened()
 
@@ -876,9 +872,15 @@ class AsyncSession:
         self._pinger = asyncio.create_task(self._keep_alive(), name=f"ors-lab ping {self.sid}")
 
     async def _abandon(self, create: asyncio.Future[Any]) -> None:
-        """After a cancel during ``open``: delete the session unless the server surely never made it."""
+        """After a cancel or a failure during ``open``: delete the session unless the server surely never made it.
+
+        It surely did not when it refused the ``/create`` (a 4xx) or the request never left; after a
+        5xx, a dropped connection, a malformed answer or a cancel it may have, so it is deleted (a
+        delete of a session the server does not know is harmless).
+        """
         failed = None if create.cancelled() else create.exception()
-        if isinstance(failed, ServerError):  # the server answered: no session was made
+        refused = isinstance(failed, ServerError) and failed.status_code < 500
+        if refused or (isinstance(failed, ConnectionFailedError) and failed.before_sending):
             self._state = "closed"
             self.client._sessions.discard(self)
             return

@@ -563,3 +563,32 @@ async def test_evaluate_files_malformed_answers_and_unknown_outcomes_as_environm
     assert sorted(event["code"] for event in errors) == ["MalformedResponseError", "OutcomeUnknownError"]
     assert {(event["source"], event["errorType"]) for event in errors} == {("tool", "tool_error")}
     assert hostile_server.ran == 1
+
+
+# -- a /create whose outcome is open is deleted ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [Reply(500, b'{"detail":"boom"}', {"content-type": "application/json"}), Html(), Drop()],
+    ids=["500", "html-200", "drop"],
+)
+async def test_a_create_that_may_have_made_the_session_is_deleted(
+    hostile_server: HostileServer, client: ol.AsyncClient, answer: Answer
+) -> None:
+    """A /create answered 5xx, malformed or not at all may have made the session: it raises, and is deleted."""
+    hostile_server.on("create", answer)
+    with pytest.raises(ol.ORSError):
+        await client.environment("lab").session(split="test", index=0).open()
+    assert hostile_server.count("create") == 1
+    assert hostile_server.count("delete") == 1
+
+
+async def test_a_create_the_server_refused_is_not_deleted(
+    hostile_server: HostileServer, client: ol.AsyncClient
+) -> None:
+    """A /create refused with a 4xx made nothing: no delete is sent."""
+    hostile_server.on("create", Reply(422, b'{"detail":"bad index"}', {"content-type": "application/json"}))
+    with pytest.raises(ol.ServerError):
+        await client.environment("lab").session(split="test", index=0).open()
+    assert hostile_server.count("delete") == 0
