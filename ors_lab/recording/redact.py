@@ -13,7 +13,9 @@ What is redacted, by name (``<redacted>`` replaces the value):
   - names that **end with** ``token`` (``token``, ``access_token``, ``X-Auth-Token``,
     ``session-token``; not ``tokens``, ``max_tokens`` or ``input_tokens``, which count tokens) or
     ``auth`` (``auth``, ``X-Auth``, ``oauth``; not ``author``);
-  - the whole names ``key`` and ``sig``;
+  - the whole names ``key`` and ``sig``, in headers and query parameters only (``?key=``,
+    ``?sig=`` carry credentials; a JSON ``key`` is usually an ordinary field, a dictionary's or a
+    counter's, and a tool's JSON Schema names its parameters with such keys);
   - and the names the user adds (``Recorder(redact_names=...)``, ``--redact NAME``), compared the same way.
 
   ORS's own fields (``session_id``, ``task_id``, ``env_name``, ``X-Session-ID``, ...) match none of these.
@@ -60,7 +62,7 @@ SENSITIVE_CONTAINS = (
 SENSITIVE_ENDS = ("token", "auth")
 """A name that ends with one of these is sensitive (``max_tokens`` ends with ``tokens``: it is not)."""
 SENSITIVE_NAMES = frozenset({"key", "sig"})
-"""Whole names that are sensitive."""
+"""Whole names that are sensitive as headers and query parameters (not as JSON keys)."""
 # the fragments a sensitive name holds, whatever its case and separators: the prefilter looks for them
 _FRAGMENTS = ("passw", "passphrase", "secret", "key", "auth", "cookie", "credential", "signature", "token", "sig")
 _SEPARATORS = re.compile(r"[-_.\s]")
@@ -84,6 +86,7 @@ class Redactor:
         self.names = frozenset(normal_name(name) for name in names) - {""}
         self.patterns = [re.compile(p) if isinstance(p, str) else p for p in patterns]
         self._known: dict[str, bool] = {}
+        self._known_keys: dict[str, bool] = {}
         fragments = {*_FRAGMENTS, *(part for name in names for part in _SEPARATORS.split(name.lower()) if part)}
         alternatives = "|".join(re.escape(f) for f in sorted(fragments, key=len, reverse=True))
         # searched in the lower-cased text: four times faster than an IGNORECASE search
@@ -103,6 +106,16 @@ class Redactor:
             )
             if len(self._known) < 4_096:
                 self._known[name] = known
+        return known
+
+    def sensitive_key(self, name: str) -> bool:
+        """True when a JSON key of this name has its value redacted: as ``sensitive``, but for ``SENSITIVE_NAMES``."""
+        known = self._known_keys.get(name)
+        if known is None:
+            normal = normal_name(name)
+            known = self.sensitive(name) and (normal not in SENSITIVE_NAMES or normal in self.names)
+            if len(self._known_keys) < 4_096:
+                self._known_keys[name] = known
         return known
 
     def text(self, value: str) -> str:
@@ -185,7 +198,7 @@ class Redactor:
             out: dict[str, Any] = {}
             changed = False
             for key, item in value.items():
-                if self.sensitive(key):
+                if self.sensitive_key(key):
                     out[key], hidden = _hidden(item)
                     changed = changed or hidden
                 else:

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from ors_lab.agents.episode import CURRENT_EPISODE
 from ors_lab.analysis.trace import Trace, load_trace
 from ors_lab.replay.engine import DROP_HEADERS, MISMATCH_HEADER, Answer, body_value, difference, json_answer, short
-from ors_lab.replay.recorded import Exchange, Recording
+from ors_lab.replay.recorded import Exchange, Recording, matches
 
 __all__ = ["AgentReplayTransport"]
 
@@ -94,7 +94,7 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
             if expected.method != method or expected.path != path:
                 return self._mismatch(what, f"the next recorded request is {expected.method} {expected.path}", pending)
             wanted, recorded_body = body_value(body), body_value(expected.body)
-            if recorded_body != wanted:
+            if not matches(recorded_body, wanted):  # a redacted value stands for any
                 return self._mismatch(what, difference(wanted, recorded_body, "body"), pending)
             expected.played += 1
         return _play(expected), self._broken.get(expected.seq)

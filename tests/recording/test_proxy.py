@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,31 +126,36 @@ def test_upstream_down_is_a_502(tmp_path: Path) -> None:
     assert "ConnectError" in events[events["kind"] == "disconnect"].iloc[0]["error"]
 
 
-def test_proxy_command_records_until_terminated(ors_sdk_server: Any, tmp_path: Path) -> None:
-    """`ors-lab proxy` prints its URL, records a session, and writes the trace on SIGTERM."""
-    import os
-    import re
-    import signal
-
-    out = tmp_path / "cli.parquet"
-    cmd = [sys.executable, "-m", "ors_lab.cli", "proxy", ors_sdk_server.url, "--out", str(out)]
+@contextlib.contextmanager
+def _proxy_command(upstream: str, out: Path, *options: str) -> Iterator[tuple[str, list[str]]]:
+    """Run `ors-lab proxy`; yield its URL, and a list that gets the rest of its output once SIGTERM stopped it."""
+    cmd = [sys.executable, "-m", "ors_lab.cli", "proxy", upstream, "--out", str(out), *options]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
+    rest: list[str] = []
     with proc.stdout:
         try:
             line = proc.stdout.readline()
             url = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
             assert url, line
-            with ol.Client(url.group(1)) as client:
-                with client.environment("echo").session(split="dev", index=0) as session:
-                    session.call("echo", {"text": "via the command line"})
+            yield url.group(1), rest
             os.kill(proc.pid, signal.SIGTERM)
             assert proc.wait(timeout=30) == 0
-            assert "trace written" in proc.stdout.read()
+            rest.append(proc.stdout.read())
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_proxy_command_records_until_terminated(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """`ors-lab proxy` prints its URL, records a session, and writes the trace on SIGTERM."""
+    out = tmp_path / "cli.parquet"
+    with _proxy_command(ors_sdk_server.url, out) as (url, rest):
+        with ol.Client(url) as client:
+            with client.environment("echo").session(split="dev", index=0) as session:
+                session.call("echo", {"text": "via the command line"})
+    assert "trace written" in rest[0]
     trace = ol.load_trace(out)
     assert not trace.partial
     assert list(trace.calls["tool"]) == ["echo"]
@@ -164,28 +175,10 @@ def test_proxy_command_refuses_to_overwrite(ors_sdk_server: Any, tmp_path: Path)
 def _record_through_the_proxy_command(upstream: str, out: Path, *options: str, headers: dict[str, str],
                                       query: str) -> str:  # fmt: skip
     """Run `ors-lab proxy` with `options`, send one GET through it, stop it; the trace's events as one text."""
-    import os
-    import re
-    import signal
-    import urllib.request
-
-    cmd = [sys.executable, "-m", "ors_lab.cli", "proxy", upstream, "--out", str(out), *options]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert proc.stdout is not None
-    with proc.stdout:
-        try:
-            line = proc.stdout.readline()
-            url = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
-            assert url, line
-            request = urllib.request.Request(f"{url.group(1)}/list_environments?{query}", headers=headers)
-            with urllib.request.urlopen(request, timeout=10) as response:
-                assert response.status == 200
-            os.kill(proc.pid, signal.SIGTERM)
-            assert proc.wait(timeout=30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with _proxy_command(upstream, out, *options) as (url, _):
+        request = urllib.request.Request(f"{url}/list_environments?{query}", headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
     events = ol.load_trace(out).events
     assert (events["kind"] == "request").sum() == 1
     return events.astype(str).to_csv()

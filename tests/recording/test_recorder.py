@@ -762,6 +762,24 @@ def test_common_secret_names_are_redacted_after_decoding(tmp_path: Path) -> None
     assert json.loads(table["input"][3].as_py()) == given  # the result row's call context: the same, redacted
 
 
+def test_key_and_sig_are_secrets_in_headers_and_queries_not_as_json_keys() -> None:
+    """`?key=` and `?sig=` carry credentials; a JSON `key` (a counter's, a schema's parameter) is an ordinary field,
+    unless the user names it."""
+    from ors_lab.recording.redact import Redactor
+
+    redactor = Redactor()
+    assert "key=%3Credacted%3E" in redactor.url("http://h/x?key=k1&sig=s1&page=2")
+    assert "sig=%3Credacted%3E" in redactor.url("http://h/x?key=k1&sig=s1&page=2")
+    assert redactor.header_items([("Key", "k1")]) == {"key": "<redacted>"}
+    schema = {"tools": [{"parameters": {"properties": {"key": {"type": "string", "description": "The counter."}}}}],
+              "input": {"key": "counter-a", "sig": "v2", "api_key": "leak"}}  # fmt: skip
+    kept = json.loads(redactor.body(json.dumps(schema).encode()) or b"")
+    assert kept["tools"] == schema["tools"]
+    assert kept["input"] == {"key": "counter-a", "sig": "v2", "api_key": "<redacted>"}
+    named = json.loads(Redactor(names=["key"]).body(json.dumps(schema).encode()) or b"")
+    assert named["input"]["key"] == "<redacted>"
+
+
 def test_an_agent_tool_input_is_redacted_as_its_request_is(tmp_path: Path) -> None:
     """A tool-input-available event with a password key: its input and data are redacted like the /call body."""
     path = tmp_path / "run.parquet"
