@@ -22,7 +22,14 @@ When the upstream fails, no client is led to run a tool twice:
 - A connection the upstream refused (nothing was sent) is a ``502``: retrying it is safe, as is
   retrying a failed resume (its body carries the ``task_id``) or any other request.
 - A stream that breaks after its ``task_id`` reaches the client as the same break, so that it
-  resumes with the ``task_id``; uvicorn does not log it as an application error.
+  resumes with the ``task_id``; uvicorn does not log it as an application error. A plain answer
+  whose body breaks is a drop before the answer, as above (a ``502``, or the ``424`` on a first
+  ``/call``), never an exception in the proxy.
+- The proxy has no read timeout of its own: it waits for the upstream as long as its client does.
+  When the client hangs up first (its own timeout), the proxy hangs up on the upstream too, and
+  records a ``disconnect`` (and, for a first ``/call`` still waiting for its ``task_id``, a
+  ``call_error`` saying the outcome is unknown); a stream the client leaves mid-way is recorded
+  the same way. So a silent or trickling upstream holds nothing after its client has gone.
 - A ``/call`` body larger than ``max_result_bytes`` (the result with its SSE framing and pings,
   256 MiB by default), or an unfinished SSE event larger than it on any stream, is not read on:
   the proxy records a ``MalformedStreamError``, closes the upstream connection, and ends the
@@ -34,11 +41,12 @@ When the upstream fails, no client is led to run a tool twice:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
 from typing import Any
 
 import httpx2
@@ -136,13 +144,49 @@ class RecordingProxy:
             call, attempt, task_id = self._number_call(sid, body)
         tap = ExchangeTap(self.events, session_id=sid, call=call, attempt=attempt)
         tap.request(request.method, url, headers, body)
-        upstream = self._client().build_request(request.method, url, headers=headers, content=body)
+        forward = asyncio.ensure_future(self._forward(request.method, url, path, headers, body, sid, tap, task_id))
+        if not await _first_of(forward, _client_left(request)):
+            message = "the client hung up before the upstream answered"
+            tap.disconnect(message)
+            return self._failed(message, tap, task_id)  # recorded; nobody is left to read the answer
+        return forward.result()
+
+    async def _forward(
+        self,
+        method: str,
+        url: str,
+        path: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        sid: str | None,
+        tap: ExchangeTap,
+        task_id: str | None,
+    ) -> Response:
+        """Pass the request upstream and make the client's answer (a streamed one starts once its head is in)."""
+        upstream = self._client().build_request(method, url, headers=headers, content=body)
         started = time.monotonic_ns()
         try:
             response = await self._client().send(upstream, stream=True)
         except httpx2.HTTPError as exc:
             tap.disconnect(exc)
             return self._failed(exc, tap, task_id)
+        try:
+            return await self._answer(response, path, body, sid, tap, task_id, started)
+        except BaseException:  # the client left (cancelled), or a bug: never leave the upstream connection open
+            await response.aclose()
+            raise
+
+    async def _answer(
+        self,
+        response: httpx2.Response,
+        path: str,
+        body: bytes,
+        sid: str | None,
+        tap: ExchangeTap,
+        task_id: str | None,
+        started: int,
+    ) -> Response:
+        call, attempt = tap.call, tap.attempt
         ttfb_ns = time.monotonic_ns() - started
         out_headers = {k: v for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP}
         if is_event_stream(response.headers):
@@ -162,6 +206,9 @@ class RecordingProxy:
             return StreamingResponse(relay.body(), status_code=response.status_code, headers=out_headers)
         try:
             content = await response.aread()
+        except httpx2.HTTPError as exc:  # the body broke: as a drop before the answer
+            tap.disconnect(exc)
+            return self._failed(exc, tap, task_id)
         finally:
             await response.aclose()
         tap.response(response.status_code, response.headers, ttfb_ns, content)
@@ -329,6 +376,10 @@ class _Relay:
         except httpx2.HTTPError as exc:
             tap.disconnect(exc)
             raise _UpstreamDropped(describe_error(exc)) from exc
+        except asyncio.CancelledError:  # Starlette cancels the body when the client hangs up
+            if not (self.failed or self.reader.result is not None):
+                tap.disconnect("the client hung up before the end of the stream")
+            raise
         finally:
             await self.response.aclose()
 
@@ -344,6 +395,29 @@ class _Relay:
         self.proxy.events.publish(CallErrorEvent(session_id=tap.session_id, call=tap.call, task_id=error.task_id,
                                                  error=describe_error(error)))  # fmt: skip
         yield b"\n\nevent: error\ndata: " + message.encode() + b"\n\n"
+
+
+async def _client_left(request: Request) -> None:
+    """Return when the client hangs up (its request body is read: ``receive`` waits for the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _first_of(work: asyncio.Future[Any], left: Coroutine[Any, Any, None]) -> bool:
+    """Wait for ``work`` unless the client leaves first; then cancel it and return False (True: ``work`` is done).
+
+    Without it, an upstream that never answers (or trickles a JSON body) would hold its connection and the
+    proxy's task long after the client gave up, until the proxy stops.
+    """
+    watch = asyncio.ensure_future(left)
+    try:
+        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (watch, work):
+            if not task.done():
+                task.cancel()
+        await asyncio.wait((work, watch))  # let both clean up (work closes its upstream response)
+    return not work.cancelled()
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

@@ -5,6 +5,7 @@
     server.on("tasks", Html(), Normal())    # the first /tasks gets an HTML page, later ones the real answer
     ...a client at server.url...
     server.ran, server.count("call"), server.requests
+    server.reset()                          # every route answers normally again
     server.refuse()                         # from now on, connections are refused (a server gone away)
 
 Until told otherwise it answers as a small well-behaved ORS server, enough for an episode: one
@@ -330,6 +331,12 @@ class HostileServer:
                 self._scripts[route] = list(answers)
             else:
                 self._scripts.pop(route, None)
+        return self
+
+    def reset(self) -> HostileServer:
+        """Forget every script: each route answers normally again (what was received is kept)."""
+        with self._lock:
+            self._scripts.clear()
         return self
 
     @property

@@ -16,8 +16,26 @@ import pytest
 import ors_lab as ol
 from ors_lab.client import policy
 from ors_lab.client.policy import RetryPolicy
+from tests.hostile.cases import (
+    BOUND,
+    BROKEN_CONNECTIONS,
+    FAST,
+    FIRST_CALL_DROPS,
+    HUGE_TEXT,
+    MALFORMED_CALL_STREAMS,
+    NOT_JSON,
+    ROUTES,
+    TASK_ID,
+    USES,
+    WRONG_SHAPES,
+    CutThenRefuse,
+    call_once,
+    huge_line_answer,
+    starting,
+    use_id,
+    use_tasks,
+)
 from tests.hostile.server import (
-    END_OK,
     Answer,
     Drop,
     Events,
@@ -26,37 +44,13 @@ from tests.hostile.server import (
     Html,
     Json,
     Normal,
-    Raw,
     Reply,
     Silence,
     Trickle,
-    end_frame,
     ping_frame,
     sse,
     task_id_frame,
 )
-
-TASK_ID = "feedfacefeedfacefeedfacefeedface"
-FAST = RetryPolicy(backoff=0.01, max_backoff=0.05)
-STARTING = {"content-type": "application/json", "x-backend-state": "starting", "retry-after": "0"}
-BOUND = 8.0  # no test here may take longer than this, whatever the client does wrong
-
-
-def starting(retry_after: str | None = "0") -> Reply:
-    """openreward's 503 while the environment starts, with this Retry-After (None: no header)."""
-    headers = dict(STARTING)
-    if retry_after is None:
-        del headers["retry-after"]
-    else:
-        headers["retry-after"] = retry_after
-    return Reply(503, b'{"detail":"Environment still starting."}', headers)
-
-
-async def call_once(url: str, **options: Any) -> ol.ToolResult:
-    """Open a session on `lab`, run `step` once, close; bounded by BOUND."""
-    async with asyncio.timeout(BOUND), ol.AsyncClient(url, **options) as client:
-        async with client.environment("lab").session(split="test", index=0) as session:
-            return await session.call("step", {"n": 1})
 
 
 @pytest.fixture
@@ -168,11 +162,7 @@ async def test_first_call_refused_with_4xx_is_a_server_error(hostile_server: Hos
     assert hostile_server.ran == 1
 
 
-@pytest.mark.parametrize(
-    "answer",
-    [Drop(), Drop(b"HTTP/1.1 200 OK\r\n"), Drop(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n")],
-    ids=["nothing", "status-line", "head"],
-)
+@pytest.mark.parametrize("answer", list(FIRST_CALL_DROPS.values()), ids=list(FIRST_CALL_DROPS))
 async def test_first_call_dropped_before_task_id_is_outcome_unknown(
     hostile_server: HostileServer, answer: Drop
 ) -> None:
@@ -203,15 +193,6 @@ async def test_call_dropped_after_task_id_is_resumed_through_5xx(hostile_server:
     assert (hostile_server.ran, hostile_server.count("resume")) == (1, 4)
 
 
-class CutThenRefuse(Answer):
-    """Send task_id, hang up, and stop listening: every resume finds nothing to connect to."""
-
-    def serve(self, exchange: Any) -> bool:
-        Events((task_id_frame(TASK_ID),), after="close").serve(exchange)
-        exchange.server.refuse()
-        return False
-
-
 async def test_resume_that_cannot_connect_is_a_failed_resume(hostile_server: HostileServer) -> None:
     """A resume that cannot even connect counts as a failed resume: ResumeFailedError with the task_id (the tool
     ran), not a ConnectionFailedError that would read as "never sent"."""
@@ -226,68 +207,7 @@ async def test_resume_that_cannot_connect_is_a_failed_resume(hostile_server: Hos
 # -- 7. every failure is an ORSError -------------------------------------------------------------------------------
 
 
-async def _tasks(client: ol.AsyncClient) -> Any:
-    return await client.environment("lab").tasks("test")
-
-
-async def _num_tasks(client: ol.AsyncClient) -> Any:
-    return await client.environment("lab").num_tasks("test")
-
-
-async def _task(client: ol.AsyncClient) -> Any:
-    return await client.environment("lab").task("test", 0)
-
-
-async def _splits(client: ol.AsyncClient) -> Any:
-    return await client.environment("lab").splits()
-
-
-async def _tools(client: ol.AsyncClient) -> Any:
-    return await client.environment("lab").tools()
-
-
-async def _environments(client: ol.AsyncClient) -> Any:
-    return await client.environments()
-
-
-async def _health(client: ol.AsyncClient) -> Any:
-    return await client.health()
-
-
-async def _open(client: ol.AsyncClient) -> Any:
-    async with client.environment("lab").session(split="test", index=0):
-        pass
-
-
-async def _prompt(client: ol.AsyncClient) -> Any:
-    async with client.environment("lab").session(split="test", index=0) as session:
-        return await session.prompt()
-
-
-async def _task_tools(client: ol.AsyncClient) -> Any:
-    async with client.environment("lab").session(split="test", index=0) as session:
-        return await session.tools()
-
-
-WRONG_SHAPES = [
-    (_environments, "list_environments", {"environments": ["lab"]}),
-    (_splits, "splits", [{"title": "test"}]),
-    (_tasks, "tasks", {"task": []}),
-    (_tasks, "tasks", {"tasks": "all of them"}),
-    (_tasks, "tasks", {"tasks": [1, 2]}),
-    (_num_tasks, "num_tasks", {"num_tasks": "many"}),
-    (_num_tasks, "num_tasks", {"num_tasks": None}),
-    (_num_tasks, "num_tasks", ["1"]),
-    (_task, "task", {"tasks": {}}),
-    (_tools, "tools", {"tools": [{"description": "no name"}]}),
-    (_tools, "tools", None),
-    (_prompt, "prompt", {"text": "not a list"}),
-    (_prompt, "prompt", [{"type": "text"}]),
-    (_task_tools, "task_tools", {"tools": 3}),
-]
-
-
-@pytest.mark.parametrize(("use", "route", "body"), WRONG_SHAPES, ids=lambda v: getattr(v, "__name__", None))
+@pytest.mark.parametrize(("use", "route", "body"), WRONG_SHAPES, ids=use_id)
 async def test_wrongly_shaped_json_is_a_malformed_response(
     client: ol.AsyncClient, hostile_server: HostileServer, use: Any, route: str, body: Any
 ) -> None:
@@ -299,19 +219,7 @@ async def test_wrongly_shaped_json_is_a_malformed_response(
     assert json.dumps(body)[:20] in str(caught.value)
 
 
-NOT_JSON = {
-    "html": Html(),
-    "empty": Reply(200, b"", {"content-type": "application/json"}),
-    "truncated": Reply(200, b'{"tasks": [', {"content-type": "application/json"}),
-    "invalid-utf8": Reply(200, b'{"tasks": [{"id": "\xff\xfe"}]}', {"content-type": "application/json"}),
-}
-USES = [_environments, _health, _splits, _tasks, _num_tasks, _task, _tools, _open, _prompt, _task_tools]
-ROUTES = {_environments: "list_environments", _health: "health", _splits: "splits", _tasks: "tasks",
-          _num_tasks: "num_tasks", _task: "task", _tools: "tools", _open: "create", _prompt: "prompt",
-          _task_tools: "task_tools"}  # fmt: skip
-
-
-@pytest.mark.parametrize("use", USES, ids=lambda use: use.__name__.strip("_"))
+@pytest.mark.parametrize("use", USES, ids=use_id)
 @pytest.mark.parametrize("body", NOT_JSON, ids=str)
 async def test_a_200_that_is_not_json_is_a_malformed_response(
     client: ol.AsyncClient, hostile_server: HostileServer, use: Any, body: str
@@ -328,17 +236,12 @@ async def test_html_page_shows_its_start_in_the_error(client: ol.AsyncClient, ho
     """The error for an HTML 200 says what was expected and shows the start of the body."""
     hostile_server.on("tasks", Html())
     with pytest.raises(ol.MalformedResponseError) as caught:
-        await _tasks(client)
+        await use_tasks(client)
     message = str(caught.value)
     assert "<!DOCTYPE html>" in message and "text/html" in message and "POST" in message
 
 
-@pytest.mark.parametrize(
-    "answer",
-    [Drop(), Drop(b"HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\n[\"la"), Raw(b"SPDY/9 nonsense\r\n\r\n"),
-     Raw(b"HTTP/1.1 200 OK\r\ncontent-length: banana\r\n\r\n[]")],
-    ids=["drop", "cut-body", "not-http", "bad-length"],
-)  # fmt: skip
+@pytest.mark.parametrize("answer", list(BROKEN_CONNECTIONS.values()), ids=list(BROKEN_CONNECTIONS))
 async def test_broken_connection_is_a_connection_failed_error(
     client: ol.AsyncClient, hostile_server: HostileServer, answer: Any
 ) -> None:
@@ -346,7 +249,7 @@ async def test_broken_connection_is_a_connection_failed_error(
     hostile_server.on("tasks", answer)
     with pytest.raises(ol.ConnectionFailedError) as caught:
         async with asyncio.timeout(BOUND):
-            await _tasks(client)
+            await use_tasks(client)
     assert isinstance(caught.value.__cause__, httpx2.TransportError)
     assert caught.value.before_sending is False
     assert hostile_server.count() == 1  # it may have reached the server: not sent again
@@ -390,18 +293,8 @@ async def test_call_refused_connection_is_connection_failed_not_outcome_unknown(
                 await session.close()  # nothing to delete it on either
 
 
-@pytest.mark.parametrize(
-    ("frames", "match"),
-    [
-        ((sse("chunk", "x"), END_OK), "before task_id"),
-        ((task_id_frame(TASK_ID), sse("end", "{not json")), "not a valid RunToolOutput"),
-        ((task_id_frame(TASK_ID), sse("end", b'{"ok": true, \xff}')), "not a valid RunToolOutput"),
-        ((task_id_frame(TASK_ID), sse("end", '{"ok": "yes"}')), "not a valid RunToolOutput"),
-        ((task_id_frame(TASK_ID), sse("end", "[1, 2]")), "not a valid RunToolOutput"),
-        ((task_id_frame(TASK_ID), task_id_frame("0" * 32)), "task_id changed"),
-    ],
-    ids=["chunk-first", "bad-json", "invalid-utf8", "wrong-type", "wrong-shape", "two-task-ids"],
-)
+@pytest.mark.parametrize(("frames", "match"), [c[1:] for c in MALFORMED_CALL_STREAMS],
+                         ids=[c[0] for c in MALFORMED_CALL_STREAMS])  # fmt: skip
 async def test_malformed_call_streams_are_typed(
     hostile_server: HostileServer, frames: tuple[bytes, ...], match: str
 ) -> None:
@@ -422,14 +315,9 @@ async def test_html_200_on_call_is_a_malformed_stream(hostile_server: HostileSer
 
 async def test_huge_line_comes_back_whole(hostile_server: HostileServer) -> None:
     """A 4 MiB text on one data line, sent in small chunks, comes back exactly."""
-    text = "y" * (4 << 20)
-    result_wire = {"ok": True, "output": {"blocks": [{"text": text, "detail": None, "type": "text"}],
-                                          "metadata": None, "reward": 0.5, "finished": False}}  # fmt: skip
-    end = end_frame(result_wire)
-    pieces = tuple(end[i : i + 65536] for i in range(0, len(end), 65536))
-    hostile_server.on("call", Events((task_id_frame(TASK_ID), *pieces)))
+    hostile_server.on("call", huge_line_answer())
     result = await call_once(hostile_server.url)
-    assert result.text == text and result.reward == 0.5
+    assert result.text == HUGE_TEXT and result.reward == 0.5
 
 
 async def test_sync_client_lets_through_only_typed_errors(hostile_server: HostileServer) -> None:
