@@ -205,6 +205,7 @@ class CuttingProxy:
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()  # every socket this proxy opened or accepted
 
     @property
     def url(self) -> str:
@@ -255,28 +256,37 @@ class CuttingProxy:
 
     async def _listen(self) -> None:
         """Open the listening socket."""
-        self._server = await asyncio.start_server(self._handle, HOST, 0)
+        self._server = await asyncio.start_server(self._accept, HOST, 0)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _shutdown(self) -> None:
-        """Close the listener and cancel the connection handlers."""
+        """Close the listener, cancel the connection handlers, and close every socket they leave open."""
         if self._server is not None:
             self._server.close()
         for task in list(self._handlers):
             task.cancel()
         await asyncio.gather(*self._handlers, return_exceptions=True)
+        for writer in list(self._writers):  # a handler cancelled before it ran closed nothing
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
         if self._server is not None:
             await self._server.wait_closed()
 
+    def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        """Take a connection: its socket and its handler are known at once, so a shutdown closes both."""
+        self._writers.add(client_writer)
+        task = asyncio.get_running_loop().create_task(self._handle(client_reader, client_writer))
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
     async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         """Proxy one client connection to a fresh upstream connection."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
         self.connections += 1
         upstream_writer: asyncio.StreamWriter | None = None
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(self.upstream_host, self.upstream_port)
+            self._writers.add(upstream_writer)
             conn = _Connection()
             up = asyncio.create_task(self._client_to_server(client_reader, upstream_writer, conn))
             down = asyncio.create_task(self._server_to_client(upstream_reader, client_writer, conn))
@@ -295,9 +305,9 @@ class CuttingProxy:
             for writer in (client_writer, upstream_writer):
                 if writer is not None:
                     writer.close()
+                    self._writers.discard(writer)
                     with contextlib.suppress(Exception):
                         await writer.wait_closed()
-            self._handlers.discard(task)
 
     async def _client_to_server(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Connection
