@@ -19,6 +19,7 @@ from ors_lab.client import (
     Session,
 )
 from ors_lab.events import AgentEvent, Event, EventStream, Subscription, WireEvent
+from ors_lab.notebook.settings import live_views
 from ors_lab.protocol import (
     Block,
     CallDeadlineExceededError,
@@ -148,5 +149,6 @@ __all__ = [
     "aevaluate",
     "evaluate",
     "last_result",
+    "live_views",
     "load_trace",
 ]

@@ -22,6 +22,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from ors_lab.stats import mean, pass_at_k, stderr
+
 __all__ = ["REDUCTIONS", "Reduction", "check_reduction", "mean", "pass_at_k", "reduce_reward", "stderr"]
 
 
@@ -60,29 +62,3 @@ def reduce_reward(steps: Sequence[Rewarded], reduction: Reduction = "sum") -> tu
     else:
         value = REDUCTIONS[str(check_reduction(reduction))](given) if given else None
     return total, final, 0.0 if value is None else float(value)
-
-
-def pass_at_k(n: int, c: int, k: int) -> float | None:
-    """The unbiased pass@k of n samples with c successes (None when k > n)."""
-    if k < 1:
-        raise ValueError(f"pass@k needs k >= 1, not {k}")
-    if k > n:
-        return None
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def mean(values: Sequence[float]) -> float | None:
-    """The mean (exact summation), None for no values."""
-    return math.fsum(values) / len(values) if values else None
-
-
-def stderr(values: Sequence[float]) -> float | None:
-    """The standard error of the mean: sample standard deviation over sqrt(n); None below two values."""
-    n = len(values)
-    if n < 2:
-        return None
-    centre = math.fsum(values) / n
-    variance = math.fsum((v - centre) ** 2 for v in values) / (n - 1)
-    return math.sqrt(variance / n)

@@ -1,0 +1,1 @@
+// ors_lab front end: the run view (ORS.views.run).

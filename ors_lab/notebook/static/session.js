@@ -1,0 +1,1 @@
+// ors_lab front end: the session view (ORS.views.session).

@@ -1,0 +1,1 @@
+// ors_lab front end: the trace view (ORS.views.trace).
