@@ -147,6 +147,22 @@ async def bare(url: str, episodes: int, sample: Any) -> int:
     return done
 
 
+def start_replay(source: str | Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``ors-lab replay SOURCE --speed 0`` in its own process (its CPU is not ours); returns it and its URL."""
+    with log.open("w") as sink:  # a file, not a pipe: the server prints what went unplayed when it stops
+        proc = subprocess.Popen([sys.executable, "-m", "ors_lab.cli", "replay", str(source), "--speed", "0"],
+                                stdout=sink, stderr=subprocess.STDOUT, cwd=REPO_ROOT)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while " at http://" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    line = log.read_text().splitlines()[0] if log.read_text() else ""
+    url = line.rsplit(" at ", 1)[-1].strip()
+    if not url.startswith("http://127.0.0.1:"):
+        proc.terminate()
+        raise SystemExit(f"the replay server did not start:\n{log.read_text()[-2000:]}")
+    return proc, url
+
+
 def worker(source: str, out: str, episodes: int, mode: str) -> dict[str, Any]:
     """Step 2, in a fresh interpreter: the replay server in its own process, one mode here."""
     import pandas  # noqa: F401  (every ors_lab process that looks at results has it)
@@ -154,10 +170,7 @@ def worker(source: str, out: str, episodes: int, mode: str) -> dict[str, Any]:
     from ors_lab import Client, Recorder
     from ors_lab.evaluation import evaluate
 
-    log = Path(out).with_suffix(f".{mode}.replay.log")
-    with log.open("w") as sink:  # a file, not a pipe: the server prints what went unplayed when it stops
-        proc = subprocess.Popen([sys.executable, "-m", "ors_lab.cli", "replay", source, "--speed", "0"],
-                                stdout=sink, stderr=subprocess.STDOUT, cwd=REPO_ROOT)  # fmt: skip
+    proc, url = start_replay(source, Path(out).with_suffix(f".{mode}.replay.log"))
     samples: list[tuple[int, int]] = []
 
     def sample(finished: int) -> None:
@@ -172,12 +185,6 @@ def worker(source: str, out: str, episodes: int, mode: str) -> dict[str, Any]:
     on_episode.count = 0  # type: ignore[attr-defined]
     row_bytes = 0.0
     try:
-        deadline = time.monotonic() + 120
-        while " at http://" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        line = log.read_text().splitlines()[0] if log.read_text() else ""
-        url = line.rsplit(" at ", 1)[-1].strip()
-        assert url.startswith("http://127.0.0.1:"), log.read_text()[-2000:]
         frames_ms = writer_cpu = close_cpu = None
         cpu0, wall0 = time.process_time(), time.monotonic()
         if mode == "bare":
