@@ -3,7 +3,7 @@
 A trace is plain Parquet, readable by DuckDB, Polars or pandas without ors_lab (the parts of an
 unfinished one are Arrow IPC files, see ``ors_lab.recording``); this module adds the checks
 (schema version, columns) and the frames of ``ors_lab.analysis.frames``: ``events``, ``calls``,
-``sessions``, ``steps``, ``episodes``, ``tasks``, ``errors`` and ``summary()``.
+``sessions``, ``steps``, ``episodes``, ``tasks``, ``errors``, ``transcripts`` and ``summary()``.
 
 Whatever is wrong with a trace is a ``TraceFormatError`` naming the file and what is wrong, never
 another exception and never a crash: every file is read whole and validated before use (no memory
@@ -43,6 +43,8 @@ from ors_lab.recording.schema import (
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ors_lab.analysis.frames import Summary
 
 __all__ = ["Trace", "load_trace"]
 
@@ -132,12 +134,21 @@ class Trace:
         episodes = self.episodes
         return self._frame("errors", lambda: errors_frame(episodes))
 
-    def summary(self) -> pd.DataFrame:
-        """The trace's episodes in one row: mean reward and its stderr, success rate, pass@k, errors."""
-        from ors_lab.analysis.frames import summary_frame
+    @cached_property
+    def transcripts(self) -> pd.DataFrame:
+        """One row per turn of the agent: its reasoning, text and tool calls (the deltas joined), reward, errors."""
+        from ors_lab.analysis.frames import transcripts_frame
 
         episodes = self.episodes
-        return self._frame("summary", lambda: summary_frame(episodes))
+        return self._frame("transcripts", lambda: transcripts_frame(self.table, episodes))
+
+    def summary(self) -> Summary:
+        """The trace's episodes in one row, shown as a short vertical table: mean reward and its stderr,
+        success rate, pass@k, errors."""
+        from ors_lab.analysis.frames import Summary, summary_frame
+
+        episodes = self.episodes
+        return Summary(self._frame("summary", lambda: summary_frame(episodes)))
 
     def _frame(self, name: str, build: Callable[[], pd.DataFrame]) -> pd.DataFrame:
         """``build()``, with what the trace's rows cannot make (a record that is not JSON, a value of the
