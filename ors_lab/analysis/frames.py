@@ -16,7 +16,9 @@ integers and booleans stay what they are, strings stay Arrow strings.
 - ``errors``: the episodes that failed; ``summary``: the run in one row (a ``Summary``: a one-row
   frame that shows itself as a short vertical table);
 - ``transcripts``: one row per turn of the agent, its streamed deltas joined into reasoning, text
-  and tool calls (``ors_lab.notebook.turns`` joins them, for the trace viewer too).
+  and tool calls (``ors_lab.notebook.turns`` joins them, for the trace viewer too);
+- ``listing``: what the trace viewer lists, one row per episode, built without the per-call frames
+  so that a trace of many thousands of episodes opens at once.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ __all__ = [
     "errors_frame",
     "events_frame",
     "finished_episodes",
+    "listing_frame",
     "pass_columns",
     "sessions_frame",
     "steps_frame",
@@ -192,6 +195,21 @@ TRANSCRIPTS_COLUMNS: dict[str, pa.DataType] = {
     "reward": _F64,
     "error": _STR,
 }
+LISTING_COLUMNS: dict[str, pa.DataType] = {
+    "session_id": _STR,
+    "environment": _STR,
+    "split": _STR,
+    "task_index": _I64,
+    "rollout": _I64,
+    "reward": _F64,
+    "finished": _BOOL,
+    "steps": _I64,
+    "errors": _I64,
+    "duration_s": _F64,
+    "started": _WALL,
+    "error": _STR,
+}
+"""The trace viewer's list (not a documented frame: the viewer's own; its values are the episodes')."""
 FRAMES = {
     "calls": CALLS_COLUMNS,
     "sessions": SESSIONS_COLUMNS,
@@ -637,6 +655,66 @@ def transcripts_frame(table: pa.Table, episodes: pd.DataFrame | None = None) -> 
                         "reward": math.fsum(rewards) if rewards else None,
                         "error": "\n".join(turn.errors) or None})  # fmt: skip
     return _typed(pd.DataFrame(out), TRANSCRIPTS_COLUMNS)
+
+
+# -- the trace viewer's list ---------------------------------------------------------------------------
+
+
+def listing_frame(table: pa.Table) -> pd.DataFrame:
+    """One row per episode (as ``episodes``: the same episodes, in the same order, with the same
+    values) with what the trace viewer lists, built from the ``open``, ``close``, ``result``,
+    ``call_error``, ``start`` and ``episode`` rows by Arrow alone, without the per-call frames.
+
+    A session no evaluation ran takes the sum of its rewards (``episodes``' default reduction)."""
+    kinds = pa.array(["open", "close", "ping", "result", "call_error", "start", "episode"], pa.string())
+    table = table.filter(pc.is_in(table["kind"], value_set=kinds))  # one pass over the trace; the rest is small
+    sessions = sessions_frame(table).set_index("session_id")
+    outcomes = _outcomes(table)
+    ids = list(dict.fromkeys([*sessions.index, *outcomes.index]))
+    if not ids:
+        return _typed(pd.DataFrame(), LISTING_COLUMNS)
+    index = pd.Index(ids, dtype="object", name="session_id")
+    results = table.filter(pc.and_(pc.equal(table["kind"], "result"), pc.not_equal(table["layer"], "agent")))
+    per = (
+        results.select(["session_id", "reward", "finished"])
+        .group_by("session_id")
+        .aggregate([("reward", "sum"), ("reward", "count"), ("finished", "any"), ("session_id", "count")])
+        .to_pandas(types_mapper=pd.ArrowDtype)
+        .set_index("session_id")
+        .reindex(index)
+    )
+    frame = pd.DataFrame(
+        {
+            **{name: sessions[name].reindex(index) for name in ("environment", "split", "task_index")},
+            "steps": per["session_id_count"].fillna(0),
+            "errors": sessions["errors"].reindex(index).fillna(0),
+            "reward": per["reward_sum"].where(per["reward_count"] > 0, 0.0),
+            "finished": per["finished_any"].fillna(False),
+            "rollout": _rollouts(table).reindex(index),
+            "duration_s": sessions["duration_s"].reindex(index),
+            "started": sessions["opened"].reindex(index),
+            "error": pd.Series(pd.NA, index=index, dtype=pd.ArrowDtype(_STR)),
+            "order": pd.Series(range(len(index)), index=index, dtype=pd.ArrowDtype(_I64)),
+        },
+        index=index,
+    )
+    ids_array = pa.array(ids, pa.string())
+    recorded = pc.is_in(ids_array, value_set=pa.array(list(outcomes.index), pa.string())).to_numpy(zero_copy_only=False)
+    frame["session_id"] = pd.Series(ids_array, index=index, dtype=pd.ArrowDtype(_STR))
+    parts = [frame[~recorded]]
+    if recorded.any():  # an evaluation's episodes: what its episode row recorded
+        mine = frame[recorded].copy()
+        outcome = outcomes.reindex(mine.index)
+        for name in ("environment", "split", "task_index"):
+            mine[name] = outcome[name].where(outcome[name].notna(), mine[name])
+        mine["started"] = pd.to_datetime(outcome["started"].astype("float64") * 1e6, unit="us", utc=True)
+        for name in ("rollout", "reward", "finished", "duration_s", "error"):
+            mine[name] = outcome[name]
+        parts.append(mine)
+    typed = pd.concat([_typed(part.reset_index(drop=True), {**LISTING_COLUMNS, "order": _I64}) for part in parts])
+    typed = typed.sort_values(["environment", "split", "task_index", "rollout", "order"], kind="stable",
+                              na_position="last")  # fmt: skip
+    return typed.drop(columns="order").reset_index(drop=True)
 
 
 def finished_episodes(table: pa.Table) -> dict[tuple[str, str, int, int], str]:

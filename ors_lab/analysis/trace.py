@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ors_lab.analysis.frames import Summary
+    from ors_lab.notebook.trace import TraceState
+    from ors_lab.notebook.view import LiveView
 
 __all__ = ["Trace", "load_trace"]
 
@@ -63,6 +65,7 @@ class Trace:
         self.path = path
         self.partial = partial
         self.skipped = dict(skipped or {})
+        self._listing: pd.DataFrame | None = None  # the viewer's list, made on first view
         checked = check_metadata(path, table.schema.metadata)
         self.metadata: dict[str, Any] = {
             "schema_version": checked.get(METADATA_SCHEMA_VERSION.decode(), ""),
@@ -80,6 +83,39 @@ class Trace:
 
     def __len__(self) -> int:
         return int(self.table.num_rows)
+
+    # -- showing itself -------------------------------------------------------------------------------
+
+    def view(self, *, page_size: int | None = None) -> LiveView:
+        """The trace viewer (``ors_lab.notebook.trace``): its episodes a page at a time, and any
+        episode's timeline on a click. Display it (a cell ending with it) or call ``.show()``."""
+        from ors_lab.notebook.view import LiveView
+
+        return LiveView(self._state(page_size))
+
+    def _state(self, page_size: int | None = None) -> TraceState:
+        from ors_lab.analysis.frames import listing_frame
+        from ors_lab.notebook.trace import PAGE_SIZE, TraceState
+
+        if self._listing is None:
+            self._listing = self._frame("listing", lambda: listing_frame(self.table))
+        listing = self._listing
+        title = "Trace (partial)" if self.partial else "Trace"
+        return TraceState(self.table, listing, path=str(self.path), title=title, page_size=page_size or PAGE_SIZE)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """In a notebook with live views: the viewer (its widget, and its static summary for a saved
+        notebook); else the summary card."""
+        from ors_lab.notebook.settings import resolve
+
+        if resolve() == "widgets":
+            return self.view()._repr_mimebundle_(include, exclude)
+        return {"text/html": self._repr_html_(), "text/plain": repr(self)}
+
+    def _repr_html_(self) -> str:
+        """The summary card (episodes, mean reward, errors, environments, duration; the path last), the
+        reward histogram and the first episodes."""
+        return self._state().html()
 
     @cached_property
     def events(self) -> pd.DataFrame:
