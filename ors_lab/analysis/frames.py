@@ -626,26 +626,29 @@ def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Su
 
 def transcripts_frame(table: pa.Table, episodes: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per turn of the agent in each episode: its reasoning, text and tool calls, the deltas
-    joined (``ors_lab.notebook.turns``), in the order of ``episodes``, then by turn."""
+    joined (``ors_lab.notebook.turns``), in the order of ``episodes`` (the listing's when not
+    given: the same episodes, in the same order), then by turn."""
+    rows = table.select(["session_id", "layer", "kind", "data"])
     mask = pc.and_(
-        pc.equal(table["layer"], "agent"), pc.is_in(table["kind"], value_set=pa.array(STREAM_KINDS, pa.string()))
+        pc.equal(rows["layer"], "agent"), pc.is_in(rows["kind"], value_set=pa.array(STREAM_KINDS, pa.string()))
     )
-    rows = table.filter(pc.and_(mask, pc.is_valid(table["session_id"]))).select(["session_id", "data"])
+    rows = rows.filter(pc.and_(pc.and_(mask, pc.is_valid(rows["session_id"])), pc.is_valid(rows["data"])))
     items: dict[str, list[Any]] = {}
     for session_id, data in zip(rows["session_id"].to_pylist(), rows["data"].to_pylist(), strict=True):
-        item = _json(data) if data is not None else None
+        item = _json(data)
         if isinstance(item, dict):
             items.setdefault(session_id, []).append(item)
     if not items:
         return _typed(pd.DataFrame(), TRANSCRIPTS_COLUMNS)
     keys = ["environment", "split", "task_index", "rollout"]
-    episodes = episodes_frame(table) if episodes is None else episodes
+    episodes = listing_frame(table) if episodes is None else episodes
     known = episodes.drop_duplicates("session_id").set_index("session_id")[keys]
+    where_of = {str(sid): record for sid, record in zip(known.index, known.to_dict("records"), strict=True)}
     order = [sid for sid in dict.fromkeys(episodes["session_id"]) if sid in items]
-    order += [sid for sid in items if sid not in known.index]
+    order += [sid for sid in items if sid not in where_of]
     out = []
     for session_id in order:
-        where = {k: known.at[session_id, k] for k in keys} if session_id in known.index else {}
+        where = where_of.get(session_id, {})
         for turn in join_stream(items[session_id]).turns():
             calls = turn.tool_calls
             rewards = [call.reward for call in calls if call.reward is not None]

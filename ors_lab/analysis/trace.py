@@ -175,7 +175,7 @@ class Trace:
         """One row per turn of the agent: its reasoning, text and tool calls (the deltas joined), reward, errors."""
         from ors_lab.analysis.frames import transcripts_frame
 
-        episodes = self.episodes
+        episodes = self.__dict__.get("episodes")  # when made already; else the cheaper listing of the same episodes
         return self._frame("transcripts", lambda: transcripts_frame(self.table, episodes))
 
     def summary(self) -> Summary:

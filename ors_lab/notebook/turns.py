@@ -148,7 +148,7 @@ class AgentStream:
             return None
         if kind in ("reasoning-start", "reasoning-delta", "reasoning-end", "text-start", "text-delta", "text-end"):
             part_kind, _, step = str(kind).partition("-")
-            key = (part_kind, str(item.get("id", "")))
+            key = (part_kind, str(item.get("id") or ""))
             part = self._open.get(key)
             if part is None or part.done:
                 part = self._open[key] = self._new(part_kind, key[1], at)
@@ -160,7 +160,7 @@ class AgentStream:
             return part
         if kind in ("tool-input-start", "tool-input-delta", "tool-input-end", "tool-input-available",
                     "tool-output-available", "tool-output-error", "reward"):  # fmt: skip
-            part = self._call(str(item.get("toolCallId", "")), at)
+            part = self._call(str(item.get("toolCallId") or ""), at)
             part.last = at
             if kind in ("tool-input-start", "tool-input-available") and item.get("toolName") is not None:
                 part.tool = str(item["toolName"])
@@ -171,13 +171,13 @@ class AgentStream:
             elif kind == "tool-output-available":
                 part.output, part.done = item.get("output"), True
             elif kind == "tool-output-error":
-                part.error, part.reason, part.done = str(item.get("error", "")), _str(item.get("reason")), True
+                part.error, part.reason, part.done = str(item.get("error") or ""), _str(item.get("reason")), True
             elif kind == "reward":
                 part.reward, part.finished = _float(item.get("reward")), bool(item.get("finished"))
             return part
         if kind == "error":
             part = self._new("error", str(item.get("code") or item.get("errorType") or "error"), at)
-            part.error, part.reason, part.done = str(item.get("message", "")), _str(item.get("errorType")), True
+            part.error, part.reason, part.done = str(item.get("message") or ""), _str(item.get("errorType")), True
             self._piece(part, item.get("message"))
             part.last = at
             return part

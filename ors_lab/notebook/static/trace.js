@@ -28,6 +28,7 @@ ORS.traceStyle = `
 .ors-lab .ol-tr-k-reward .ol-tr-title { color: #1a7f37; }
 .ors-lab .ol-tr-k-ping .ol-tr-title { color: #9a6700; }
 .ors-lab .ol-tr-k-turn { margin-top: 4px; font-weight: 600; }
+.ors-lab .ol-tr-timeline { max-height: 40em; overflow: auto; }
 .ors-lab .ol-tr-hist { display: flex; align-items: flex-end; gap: 2px; height: 48px; margin: 4px 0; }
 .ors-lab .ol-tr-hist > div { width: 18px; min-height: 0; }
 `;
