@@ -194,7 +194,9 @@ def test_errors_are_marked(recorded: Recorded, state: TraceState) -> None:
 
 
 def test_a_timeline_is_bounded(tmp_path: Path) -> None:
-    """A session of thousands of items sends MAX_ITEMS of them and says how many more; long texts are cut."""
+    """A session of thousands of items sends MAX_ITEMS of them and says how many more; long texts are cut.
+
+    (A trace no evaluation ran lists its sessions.)"""
     path = tmp_path / "long.parquet"
     with ol.Recorder(path) as rec:
         rec.emit("open", session_id="s", environment="lab", split="train", task_index=0)
@@ -202,7 +204,9 @@ def test_a_timeline_is_bounded(tmp_path: Path) -> None:
                  body=b"x" * (3 * TEXT_CHARS))  # fmt: skip
         for _ in range(2 * MAX_ITEMS):
             rec.emit("ping", session_id="s")
-    reply = ol.load_trace(path).view().state.request({"open": "s"})
+    state = ol.load_trace(path).view().state
+    assert state.label == "sessions"  # no evaluation ran: the list is of sessions
+    reply = state.request({"open": "s"})
     assert reply is not None and len(reply["items"]) == MAX_ITEMS and reply["more"] == 2 * MAX_ITEMS + 2 - MAX_ITEMS
     body = reply["items"][1]["detail"]
     assert body.startswith("x" * 100) and body.endswith(f"({2 * TEXT_CHARS} more characters)")
