@@ -13,12 +13,19 @@ integers and booleans stay what they are, strings stay Arrow strings.
   failed before its session did): what an evaluation recorded of it in its ``episode`` row, or,
   for a session no evaluation ran, its steps reduced as ``ors_lab.analysis.reduce`` decides;
 - ``tasks``: one row per task, its episodes aggregated (mean reward, stderr, pass@k, ...);
-- ``errors``: the episodes that failed; ``summary``: the run in one row.
+- ``errors``: the episodes that failed; ``summary``: the run in one row (a ``Summary``: a one-row
+  frame that shows itself as a short vertical table);
+- ``transcripts``: one row per turn of the agent, its streamed deltas joined into reasoning, text
+  and tool calls (``ors_lab.notebook.turns`` joins them, for the trace viewer too);
+- ``listing``: what the trace viewer lists, one row per episode, built without the per-call frames
+  so that a trace of many thousands of episodes opens at once.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -28,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k, reduce_reward, stderr
+from ors_lab.notebook.turns import STREAM_KINDS, join_stream, output_text
 
 __all__ = [
     "CALLS_COLUMNS",
@@ -38,16 +46,20 @@ __all__ = [
     "STEPS_COLUMNS",
     "SUMMARY_COLUMNS",
     "TASKS_COLUMNS",
+    "TRANSCRIPTS_COLUMNS",
+    "Summary",
     "calls_frame",
     "episodes_frame",
     "errors_frame",
     "events_frame",
     "finished_episodes",
+    "listing_frame",
     "pass_columns",
     "sessions_frame",
     "steps_frame",
     "summary_frame",
     "tasks_frame",
+    "transcripts_frame",
 ]
 
 _STR, _I64, _I32, _F64, _BOOL = pa.string(), pa.int64(), pa.int32(), pa.float64(), pa.bool_()
@@ -62,6 +74,7 @@ CALLS_COLUMNS: dict[str, pa.DataType] = {
     "task_index": _I64,
     "tool": _STR,
     "input": _STR,
+    "output": _STR,
     "task_id": _STR,
     "outcome": _STR,  # "result" or "call_error"
     "ok": _BOOL,
@@ -167,6 +180,36 @@ SUMMARY_COLUMNS: dict[str, pa.DataType] = {
     **dict.fromkeys(TOKENS, _I64),
 }
 """Then one ``pass@k`` column (double) per k of ``pass_columns``: the mean over the tasks."""
+TRANSCRIPTS_COLUMNS: dict[str, pa.DataType] = {
+    "environment": _STR,
+    "split": _STR,
+    "task_index": _I64,
+    "rollout": _I64,
+    "session_id": _STR,
+    "turn": _I64,
+    "block": _STR,
+    "reasoning": _STR,
+    "text": _STR,
+    "tool_calls": _STR,
+    "calls": _I64,
+    "reward": _F64,
+    "error": _STR,
+}
+LISTING_COLUMNS: dict[str, pa.DataType] = {
+    "session_id": _STR,
+    "environment": _STR,
+    "split": _STR,
+    "task_index": _I64,
+    "rollout": _I64,
+    "reward": _F64,
+    "finished": _BOOL,
+    "steps": _I64,
+    "errors": _I64,
+    "duration_s": _F64,
+    "started": _WALL,
+    "error": _STR,
+}
+"""The trace viewer's list (not a documented frame: the viewer's own; its values are the episodes')."""
 FRAMES = {
     "calls": CALLS_COLUMNS,
     "sessions": SESSIONS_COLUMNS,
@@ -175,6 +218,7 @@ FRAMES = {
     "tasks": TASKS_COLUMNS,
     "errors": ERRORS_COLUMNS,
     "summary": SUMMARY_COLUMNS,
+    "transcripts": TRANSCRIPTS_COLUMNS,
 }
 """Every derived frame's declared columns (``docs/trace-format.md`` documents them; a test keeps both in step)."""
 
@@ -248,6 +292,8 @@ def calls_frame(table: pa.Table) -> pd.DataFrame:
                 "finished",
                 "error",
                 "reason",
+                "event",
+                "data",
             ]
         )
         .to_pandas(types_mapper=pd.ArrowDtype)
@@ -276,7 +322,27 @@ def calls_frame(table: pa.Table) -> pd.DataFrame:
         base[name] = ends[name]
     base["outcome"] = ends["kind"]
     base["duration_ms"] = (ends["t_ns"] - base["start_ns"]) / 1e6
+    base["output"] = _outputs(frame, keys)
     return _typed(base.reset_index(), CALLS_COLUMNS)
+
+
+def _outputs(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """Each call's output as text: the ``chunk`` and ``end`` events of its last stream joined (the
+    result's JSON), read by ``output_text``; null for a failed result or a stream that never ended."""
+    events = frame[(frame["kind"] == "event") & frame["event"].isin(["chunk", "end"])]
+    if events.empty:
+        return pd.Series([], dtype="object")
+    data = events["data"].fillna("")
+    payloads = data.groupby([events[k] for k in [*keys, "attempt"]], sort=False).agg("".join)
+    last = payloads.reset_index().drop_duplicates(keys, keep="last").set_index(keys)["data"]
+    return last.map(lambda payload: output_text(_json(payload)))
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def sessions_frame(table: pa.Table) -> pd.DataFrame:
@@ -497,7 +563,49 @@ def errors_frame(episodes: pd.DataFrame) -> pd.DataFrame:
     return _typed(episodes[episodes["error"].notna()].reset_index(drop=True), ERRORS_COLUMNS)
 
 
-def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> pd.DataFrame:
+class Summary(pd.DataFrame):
+    """A run's summary: a one-row DataFrame (columns and dtypes declared in ``SUMMARY_COLUMNS``) that
+    shows itself as a short vertical table, one line per figure, so that nothing is clipped.
+
+    It is a DataFrame in every other way: ``summary()["mean_reward"]``, ``summary().iloc[0]``;
+    ``vertical()`` is the table it shows (a plain frame, one ``value`` column indexed by the
+    figure's name: numbers to 4 significant digits, tokens no agent reported left out). Whatever
+    is derived from it (a selection, a copy) is a plain DataFrame.
+    """
+
+    @property
+    def _constructor(self) -> type[pd.DataFrame]:
+        return pd.DataFrame
+
+    def vertical(self) -> pd.DataFrame:
+        """The figures, one row each: a ``value`` column of text, indexed by the figure's name."""
+        if len(self) != 1:
+            return pd.DataFrame(self).T
+        shown: dict[str, str] = {}
+        for name, value in pd.DataFrame(self).iloc[0].items():
+            if name in TOKENS and _missing(value):
+                continue  # tokens no agent reported
+            shown[str(name)] = _shown(value)
+        return pd.DataFrame({"value": shown})
+
+    def __repr__(self) -> str:
+        return repr(self.vertical())
+
+    def _repr_html_(self) -> str | None:
+        shown: Any = self.vertical()
+        html: str | None = shown._repr_html_()
+        return html
+
+
+def _shown(value: Any) -> str:
+    if _missing(value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Summary:
     """The run in one row: episodes, tasks, mean reward and its stderr, success rate, pass@k (mean over tasks)."""
     ks = default_ks(episodes) if ks is None else ks
     tasks = tasks_frame(episodes, ks)
@@ -510,7 +618,106 @@ def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> pd
     for k in ks:
         known = tasks[f"pass@{k}"].dropna()
         row[f"pass@{k}"] = mean([float(v) for v in known]) if len(known) else None
-    return _typed(pd.DataFrame([row]), {**SUMMARY_COLUMNS, **pass_columns(ks)})
+    return Summary(_typed(pd.DataFrame([row]), {**SUMMARY_COLUMNS, **pass_columns(ks)}))
+
+
+# -- the agent's own view: transcripts -----------------------------------------------------------------
+
+
+def transcripts_frame(table: pa.Table, episodes: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per turn of the agent in each episode: its reasoning, text and tool calls, the deltas
+    joined (``ors_lab.notebook.turns``), in the order of ``episodes`` (the listing's when not
+    given: the same episodes, in the same order), then by turn."""
+    rows = table.select(["session_id", "layer", "kind", "data"])
+    mask = pc.and_(
+        pc.equal(rows["layer"], "agent"), pc.is_in(rows["kind"], value_set=pa.array(STREAM_KINDS, pa.string()))
+    )
+    rows = rows.filter(pc.and_(pc.and_(mask, pc.is_valid(rows["session_id"])), pc.is_valid(rows["data"])))
+    items: dict[str, list[Any]] = {}
+    for session_id, data in zip(rows["session_id"].to_pylist(), rows["data"].to_pylist(), strict=True):
+        item = _json(data)
+        if isinstance(item, dict):
+            items.setdefault(session_id, []).append(item)
+    if not items:
+        return _typed(pd.DataFrame(), TRANSCRIPTS_COLUMNS)
+    keys = ["environment", "split", "task_index", "rollout"]
+    episodes = listing_frame(table) if episodes is None else episodes
+    known = episodes.drop_duplicates("session_id").set_index("session_id")[keys]
+    where_of = {str(sid): record for sid, record in zip(known.index, known.to_dict("records"), strict=True)}
+    order = [sid for sid in dict.fromkeys(episodes["session_id"]) if sid in items]
+    order += [sid for sid in items if sid not in where_of]
+    out = []
+    for session_id in order:
+        where = where_of.get(session_id, {})
+        for turn in join_stream(items[session_id]).turns():
+            calls = turn.tool_calls
+            rewards = [call.reward for call in calls if call.reward is not None]
+            out.append({**where, "session_id": session_id, "turn": turn.number, "block": turn.name,
+                        "reasoning": turn.reasoning or None, "text": turn.text or None,
+                        "tool_calls": "\n".join(call.describe() for call in calls) or None, "calls": len(calls),
+                        "reward": math.fsum(rewards) if rewards else None,
+                        "error": "\n".join(turn.errors) or None})  # fmt: skip
+    return _typed(pd.DataFrame(out), TRANSCRIPTS_COLUMNS)
+
+
+# -- the trace viewer's list ---------------------------------------------------------------------------
+
+
+def listing_frame(table: pa.Table) -> pd.DataFrame:
+    """One row per episode (as ``episodes``: the same episodes, in the same order, with the same
+    values) with what the trace viewer lists, built from the ``open``, ``close``, ``result``,
+    ``call_error``, ``start`` and ``episode`` rows by Arrow alone, without the per-call frames.
+
+    A session no evaluation ran takes the sum of its rewards (``episodes``' default reduction)."""
+    kinds = pa.array(["open", "close", "ping", "result", "call_error", "start", "episode"], pa.string())
+    table = table.filter(pc.is_in(table["kind"], value_set=kinds))  # one pass over the trace; the rest is small
+    sessions = sessions_frame(table).set_index("session_id")
+    outcomes = _outcomes(table)
+    ids = list(dict.fromkeys([*sessions.index, *outcomes.index]))
+    if not ids:
+        return _typed(pd.DataFrame(), LISTING_COLUMNS)
+    index = pd.Index(ids, dtype="object", name="session_id")
+    results = table.filter(pc.and_(pc.equal(table["kind"], "result"), pc.not_equal(table["layer"], "agent")))
+    per = (
+        results.select(["session_id", "reward", "finished"])
+        .group_by("session_id")
+        .aggregate([("reward", "sum"), ("reward", "count"), ("finished", "any"), ("session_id", "count")])
+        .to_pandas(types_mapper=pd.ArrowDtype)
+        .set_index("session_id")
+        .reindex(index)
+    )
+    frame = pd.DataFrame(
+        {
+            **{name: sessions[name].reindex(index) for name in ("environment", "split", "task_index")},
+            "steps": per["session_id_count"].fillna(0),
+            "errors": sessions["errors"].reindex(index).fillna(0),
+            "reward": per["reward_sum"].where(per["reward_count"] > 0, 0.0),
+            "finished": per["finished_any"].fillna(False),
+            "rollout": _rollouts(table).reindex(index),
+            "duration_s": sessions["duration_s"].reindex(index),
+            "started": sessions["opened"].reindex(index),
+            "error": pd.Series(pd.NA, index=index, dtype=pd.ArrowDtype(_STR)),
+            "order": pd.Series(range(len(index)), index=index, dtype=pd.ArrowDtype(_I64)),
+        },
+        index=index,
+    )
+    ids_array = pa.array(ids, pa.string())
+    recorded = pc.is_in(ids_array, value_set=pa.array(list(outcomes.index), pa.string())).to_numpy(zero_copy_only=False)
+    frame["session_id"] = pd.Series(ids_array, index=index, dtype=pd.ArrowDtype(_STR))
+    parts = [frame[~recorded]]
+    if recorded.any():  # an evaluation's episodes: what its episode row recorded
+        mine = frame[recorded].copy()
+        outcome = outcomes.reindex(mine.index)
+        for name in ("environment", "split", "task_index"):
+            mine[name] = outcome[name].where(outcome[name].notna(), mine[name])
+        mine["started"] = pd.to_datetime(outcome["started"].astype("float64") * 1e6, unit="us", utc=True)
+        for name in ("rollout", "reward", "finished", "duration_s", "error"):
+            mine[name] = outcome[name]
+        parts.append(mine)
+    typed = pd.concat([_typed(part.reset_index(drop=True), {**LISTING_COLUMNS, "order": _I64}) for part in parts])
+    typed = typed.sort_values(["environment", "split", "task_index", "rollout", "order"], kind="stable",
+                              na_position="last")  # fmt: skip
+    return typed.drop(columns="order").reset_index(drop=True)
 
 
 def finished_episodes(table: pa.Table) -> dict[tuple[str, str, int, int], str]:

@@ -3,7 +3,7 @@
 A trace is plain Parquet, readable by DuckDB, Polars or pandas without ors_lab (the parts of an
 unfinished one are Arrow IPC files, see ``ors_lab.recording``); this module adds the checks
 (schema version, columns) and the frames of ``ors_lab.analysis.frames``: ``events``, ``calls``,
-``sessions``, ``steps``, ``episodes``, ``tasks``, ``errors`` and ``summary()``.
+``sessions``, ``steps``, ``episodes``, ``tasks``, ``errors``, ``transcripts`` and ``summary()``.
 
 Whatever is wrong with a trace is a ``TraceFormatError`` naming the file and what is wrong, never
 another exception and never a crash: every file is read whole and validated before use (no memory
@@ -44,6 +44,10 @@ from ors_lab.recording.schema import (
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ors_lab.analysis.frames import Summary
+    from ors_lab.notebook.trace import TraceState
+    from ors_lab.notebook.view import LiveView
+
 __all__ = ["Trace", "load_trace"]
 
 log = logging.getLogger("ors_lab.analysis")
@@ -61,6 +65,7 @@ class Trace:
         self.path = path
         self.partial = partial
         self.skipped = dict(skipped or {})
+        self._listing: pd.DataFrame | None = None  # the viewer's list, made on first view
         checked = check_metadata(path, table.schema.metadata)
         self.metadata: dict[str, Any] = {
             "schema_version": checked.get(METADATA_SCHEMA_VERSION.decode(), ""),
@@ -78,6 +83,39 @@ class Trace:
 
     def __len__(self) -> int:
         return int(self.table.num_rows)
+
+    # -- showing itself -------------------------------------------------------------------------------
+
+    def view(self, *, page_size: int | None = None) -> LiveView:
+        """The trace viewer (``ors_lab.notebook.trace``): its episodes a page at a time, and any
+        episode's timeline on a click. Display it (a cell ending with it) or call ``.show()``."""
+        from ors_lab.notebook.view import LiveView
+
+        return LiveView(self._state(page_size))
+
+    def _state(self, page_size: int | None = None) -> TraceState:
+        from ors_lab.analysis.frames import listing_frame
+        from ors_lab.notebook.trace import PAGE_SIZE, TraceState
+
+        if self._listing is None:
+            self._listing = self._frame("listing", lambda: listing_frame(self.table))
+        listing = self._listing
+        title = "Trace (partial)" if self.partial else "Trace"
+        return TraceState(self.table, listing, path=str(self.path), title=title, page_size=page_size or PAGE_SIZE)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """In a notebook with live views: the viewer (its widget, and its static summary for a saved
+        notebook); else the summary card."""
+        from ors_lab.notebook.settings import resolve
+
+        if resolve() == "widgets":
+            return self.view()._repr_mimebundle_(include, exclude)
+        return {"text/html": self._repr_html_(), "text/plain": repr(self)}
+
+    def _repr_html_(self) -> str:
+        """The summary card (episodes, mean reward, errors, environments, duration; the path last), the
+        reward histogram and the first episodes."""
+        return self._state().html()
 
     @cached_property
     def events(self) -> pd.DataFrame:
@@ -132,12 +170,21 @@ class Trace:
         episodes = self.episodes
         return self._frame("errors", lambda: errors_frame(episodes))
 
-    def summary(self) -> pd.DataFrame:
-        """The trace's episodes in one row: mean reward and its stderr, success rate, pass@k, errors."""
-        from ors_lab.analysis.frames import summary_frame
+    @cached_property
+    def transcripts(self) -> pd.DataFrame:
+        """One row per turn of the agent: its reasoning, text and tool calls (the deltas joined), reward, errors."""
+        from ors_lab.analysis.frames import transcripts_frame
+
+        episodes = self.__dict__.get("episodes")  # when made already; else the cheaper listing of the same episodes
+        return self._frame("transcripts", lambda: transcripts_frame(self.table, episodes))
+
+    def summary(self) -> Summary:
+        """The trace's episodes in one row, shown as a short vertical table: mean reward and its stderr,
+        success rate, pass@k, errors."""
+        from ors_lab.analysis.frames import Summary, summary_frame
 
         episodes = self.episodes
-        return self._frame("summary", lambda: summary_frame(episodes))
+        return Summary(self._frame("summary", lambda: summary_frame(episodes)))
 
     def _frame(self, name: str, build: Callable[[], pd.DataFrame]) -> pd.DataFrame:
         """``build()``, with what the trace's rows cannot make (a record that is not JSON, a value of the
