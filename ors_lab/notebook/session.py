@@ -82,6 +82,8 @@ OUTPUT_CHARS = 4000
 """The most characters of one output's text on screen (the rest is counted)."""
 INPUT_CHARS = 2000
 """The most characters of one call's input (indented JSON) on screen."""
+INPUT_KEEP_BYTES = 64 * 1024
+"""A call's input bigger than this (its request body) is kept as the start of its text only."""
 PROMPT_CHARS = 8000
 """The most characters of the prompt's text on screen."""
 LINE_CHARS = 120
@@ -220,6 +222,7 @@ class _Step:
         "ended_ns",
         "error",
         "finished",
+        "folded",
         "input",
         "input_line",
         "ok",
@@ -238,8 +241,9 @@ class _Step:
     def __init__(self, call: int, started_ns: int) -> None:
         self.call = call
         self.tool = "?"
-        self.input: str | None = None  # indented JSON, cut; None once the step is folded to one line
+        self.input: Any = None  # the input as sent (its text's start when too big to keep)
         self.input_line = ""
+        self.folded = False  # only its one-line form is kept
         self.status = "sent"  # sent, running, streaming, resuming, done, error
         self.task_id: str | None = None
         self.retries = 0
@@ -312,6 +316,7 @@ class _Step:
 
     def fold(self) -> None:
         """Keep only the one-line form (an older step)."""
+        self.folded = True
         self.input = None
         self.raw = None
         self.blocks = None
@@ -466,10 +471,10 @@ class SessionState(ViewState):
                 "ok": step.ok, "reward": step.reward, "finished": step.finished, "error": step.error,
                 "summary": step.summary, "chunks": step.chunks, "chars": step.chars, "retries": step.retries,
                 "duration": None if step.ended_ns is None else (step.ended_ns - step.started_ns) / 1e9,
-                "full": step.call in full and step.input is not None,
+                "full": step.call in full and not step.folded,
             }  # fmt: skip
-            if row["full"]:
-                row["input_full"] = step.input
+            if row["full"]:  # indented here, at most 10 times a second, not as each call goes out
+                row["input_full"] = step.input if isinstance(step.input, str) else _json_text(step.input, INPUT_CHARS)
                 row["output"], budget = _budgeted(step.preview(self.output_chars), budget)
             shown.append(row)
         shown.reverse()
@@ -562,14 +567,21 @@ class SessionState(ViewState):
             step.status = "resuming" if step.task_id is not None else "sent"
             return True
         step = self._new_step(event.call, event.t_ns)
+        raw = event.body or b"{}"
+        if len(raw) > INPUT_KEEP_BYTES:  # too big to keep: its start, as text
+            text = raw[:INPUT_CHARS].decode("utf-8", "replace")
+            name = re.search(r'"name"\s*:\s*"([^"]{0,80})"', text)
+            step.tool = name.group(1) if name else "?"
+            step.input = _utf8(text) + f" … ({len(raw):,} bytes)"
+            step.input_line = _line(text)
+            return True
         try:
-            body = json.loads(event.body or b"{}")
+            body = json.loads(raw)
         except ValueError:
             body = {}
         if isinstance(body, dict):
             step.tool = _line(str(body.get("name", "?")), 80)
-            value = body.get("input")
-            step.input = _json_text(value, INPUT_CHARS)
+            step.input = value = body.get("input")
             step.input_line = _line(json.dumps(value, ensure_ascii=False, default=str))
         return True
 
@@ -586,7 +598,7 @@ class SessionState(ViewState):
         """Fold the finished steps older than the newest ``FULL_STEPS`` to one line each."""
         listed = list(self.steps.values())
         for step in listed[:-FULL_STEPS]:
-            if step.done and step.input is not None:
+            if step.done and not step.folded:
                 step.fold()
 
     def _response(self, event: Event) -> bool:
