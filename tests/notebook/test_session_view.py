@@ -163,6 +163,21 @@ def test_text_mode_writes_the_session_line_to_stderr(ors_sdk_server: ServerProce
     assert session.view is not None and session.view.updates >= 1
 
 
+async def test_an_async_session_shows_its_view_too(ors_sdk_server: ServerProcess) -> None:
+    """AsyncSession starts, updates and closes the same view as the sync Session."""
+    ol.live_views("text")
+    out = io.StringIO()
+    with contextlib.redirect_stderr(out):
+        async with ol.AsyncClient(ors_sdk_server.url) as client:
+            async with client.environment("lab").session(split="train", index=0) as session:
+                await session.prompt()
+                await session.call("step", {"value": 3})
+    assert session.view is not None and session.view.state.prompt is not None
+    assert out.getvalue().splitlines()[-1] == (
+        "session lab train#0 · 1 step · total reward 0.3 · last 0.3 · finished · closed"
+    )
+
+
 def test_a_session_that_cannot_open_shows_failed(ors_sdk_server: ServerProcess) -> None:
     """An open the server refuses leaves the view failed, with the server's answer."""
     ol.live_views("text")
