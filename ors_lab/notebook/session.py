@@ -615,22 +615,21 @@ class SessionState(ViewState):
             elif event.call is not None and event.call in self.steps:
                 self.steps[event.call].error = problem
             return True
-        if event.status >= 300 or event.body is None:
+        if event.status >= 300 or event.body is None or endpoint not in ("prompt", "task_tools"):
             return False
-        if endpoint == "prompt":
-            try:
-                self.prompt = _view_blocks(blocks_from_wire(json.loads(event.body)), PROMPT_CHARS)
-            except ValueError:
-                return False
-            return True
-        if endpoint == "task_tools":
-            try:
-                tools = json.loads(event.body)["tools"]
-                self.tools = [_line(str(tool.get("name")), 60) for tool in tools[:100]]
-            except (ValueError, KeyError, TypeError, AttributeError):
-                return False
-            return True
-        return False
+        if len(event.body) > RAW_CHARS:  # not parsed a second time for the view
+            if endpoint == "prompt":
+                self.prompt = [{"type": "text", "text": "", "more": len(event.body)}]
+            return endpoint == "prompt"
+        try:
+            body = json.loads(event.body)
+            if endpoint == "prompt":
+                self.prompt = _view_blocks(blocks_from_wire(body), PROMPT_CHARS)
+            else:
+                self.tools = [_line(str(tool.get("name")), 60) for tool in body["tools"][:100]]
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # the client reports a bad answer
+            return False
+        return True
 
     def _sse(self, event: Event) -> bool:
         assert isinstance(event, SSEEvent)
