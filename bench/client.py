@@ -110,7 +110,8 @@ async def _ours(url: str, recorder: Any = None) -> AsyncIterator[Episode]:
 
         async def episode(i: int) -> None:
             index = i % len(TASKS)
-            async with env.session(split=SPLIT, index=index) as session:
+            # view=False: the client is measured, not a live view of each session (a notebook feature)
+            async with env.session(split=SPLIT, index=index, view=False) as session:
                 prompt = await session.prompt()
                 _check_prompt(prompt[0].text, index)  # type: ignore[union-attr]
                 for _ in range(2):

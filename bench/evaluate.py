@@ -131,7 +131,7 @@ async def bare(url: str, episodes: int, sample: Any) -> int:
             nonlocal done
             while pairs:
                 index, _ = pairs.popleft()
-                async with env.session(split=SPLIT, index=index) as session:
+                async with env.session(split=SPLIT, index=index, view=False) as session:  # as evaluate's
                     _check_prompt((await session.prompt())[0].text, index)  # type: ignore[union-attr]
                     await session.tools()
                     for _ in range(2):

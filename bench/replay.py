@@ -49,7 +49,7 @@ async def workload(url: str, sessions: int, calls: int, recorder: Any = None) ->
         gate = asyncio.Semaphore(CONCURRENCY)
 
         async def one(index: int) -> int:
-            async with gate, env.session(split=SPLIT, index=index % len(TASKS)) as session:
+            async with gate, env.session(split=SPLIT, index=index % len(TASKS), view=False) as session:
                 for _ in range(calls):
                     result = await session.call("blob", {"n": 200})
                     assert result.ok, result
@@ -112,7 +112,7 @@ def throughput(trace: Path, sessions: int, calls: int, rounds: int) -> dict[str,
 async def timing_workload(url: str, waits: list[float], recorder: Any = None) -> None:
     async with (
         ol.AsyncClient(url, recorder=recorder) as client,
-        client.environment("quiz").session(split=SPLIT, index=0) as session,
+        client.environment("quiz").session(split=SPLIT, index=0, view=False) as session,
     ):
         for seconds in waits:
             assert (await session.call("wait", {"seconds": seconds})).text == "waited"

@@ -12,6 +12,11 @@ comment, retry and session step is published on it, in order, as a typed event
 (``ors_lab.events``). ``recorder=`` subscribes a ``Recorder`` (or any subscriber) to it. An
 environment or session can be given a stream of its own (``client.environment(name, events=...)``,
 as an evaluation does): its events go there first, then to the client's stream.
+
+A session shows itself live as ``ol.live_views()`` says (``ors_lab.notebook.session``): in a
+notebook, a widget displayed where it opens and updated in place by later calls; elsewhere, one
+text line; nothing when views are off (or with ``session(..., view=False)``). The view subscribes
+before the session's ``/create`` and never raises into it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx2
 
@@ -62,6 +67,9 @@ from ors_lab.protocol.errors import (
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec, blocks_from_wire
 from ors_lab.protocol.sse import MAX_LINE_BYTES
 from ors_lab.version import __version__
+
+if TYPE_CHECKING:
+    from ors_lab.notebook.session import SessionView
 
 __all__ = ["DEFAULT_TIMEOUT", "DELETE_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession"]
 
@@ -765,20 +773,26 @@ class AsyncEnvironment:
         split: str | None = None,
         index: int | None = None,
         secrets: Mapping[str, str] | None = None,
+        view: bool = True,
     ) -> AsyncSession:
         """A session on one task, by ``task=`` (a Task or its spec) or by ``split=`` and ``index=``.
 
         Use it as ``async with env.session(split="test", index=0) as s:``; it opens on entry.
+        ``view=False``: no live view of this session, whatever ``ol.live_views()`` says (an
+        evaluation's episodes, a loop over many sessions).
         """
         if task is not None and (split is not None or index is not None):
             raise ValueError("give either task= or split=/index=, not both")
         if task is None and (split is None or index is None):
             raise ValueError("give either task= or both split= and index=")
-        return AsyncSession(self, task=task, split=split, index=index, secrets=secrets)
+        return AsyncSession(self, task=task, split=split, index=index, secrets=secrets, view=view)
 
 
 class AsyncSession:
-    """A live episode on one task: ``prompt()``, ``tools()``, ``call()``; kept alive until closed."""
+    """A live episode on one task: ``prompt()``, ``tools()``, ``call()``; kept alive until closed.
+
+    In a notebook it shows its live view where it opens (``view``), and again when displayed.
+    """
 
     def __init__(
         self,
@@ -788,6 +802,7 @@ class AsyncSession:
         split: str | None,
         index: int | None,
         secrets: Mapping[str, str] | None,
+        view: bool = True,
     ) -> None:
         self.client = environment.client
         self.environment = environment.name
@@ -802,10 +817,24 @@ class AsyncSession:
         self._state = "new"
         self._dead: ORSError | None = None
         self._pinger: asyncio.Task[None] | None = None
+        self._wants_view = view
+        self.view: SessionView | None = None
+        """The live view, once the session opened with one (see ``ors_lab.notebook.session``)."""
 
     def __repr__(self) -> str:
         where = f"task={self.task!r}" if self.task is not None else f"split={self.split!r}, index={self.index}"
         return f"AsyncSession({self.environment!r}, {where}, sid={self.sid!r}, {self.state})"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        if self.view is not None:  # the live widget in a notebook (the same one), else its static card
+            return self.view._repr_mimebundle_(include, exclude)
+        return {"text/html": self._repr_html_(), "text/plain": repr(self)}
+
+    def _repr_html_(self) -> str:
+        from ors_lab.notebook.session import SessionState
+
+        state = self.view.state if self.view is not None else SessionState.of(self)
+        return state.html()
 
     @property
     def state(self) -> str:
@@ -853,13 +882,20 @@ class AsyncSession:
                 headers = {"X-Secrets": base64.b64encode(_dumps(secrets)).decode()}
             else:
                 body["secrets"] = self._secrets
+        if self._wants_view and self.view is None:  # subscribed before the /create, so it sees all of it
+            from ors_lab.notebook.session import SessionView
+
+            self.view = SessionView.start(self)
         self._state = "opening"
         self.client._sessions.add(self)
         create = asyncio.ensure_future(self._json("POST", "/create", body, extra_headers=headers))
         try:
             await outlast_cancel(create, grace=DELETE_TIMEOUT)
         except BaseException:  # cancelled, or failed: the server may hold the session all the same
-            await self._abandon(create)
+            try:
+                await self._abandon(create)
+            finally:
+                self._end_view()
             raise
         self._opened()
 
@@ -955,7 +991,15 @@ class AsyncSession:
         pinger, self._pinger = self._pinger, None
         if pinger is not None:
             pinger.cancel()
-        await outlast_cancel(self._delete())
+        try:
+            await outlast_cancel(self._delete())
+        finally:
+            self._end_view()
+
+    def _end_view(self) -> None:
+        """Detach the live view and draw its final state (it stays displayable)."""
+        if self.view is not None:
+            self.view.close()
 
     async def _delete(self) -> None:
         """``POST /delete`` until the server confirms it (or no longer knows the session), then the close event."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx2
 
@@ -28,6 +28,9 @@ from ors_lab.events import EventStream, Subscriber
 from ors_lab.protocol.call import MAX_RESULT_BYTES
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec
 from ors_lab.protocol.sse import MAX_LINE_BYTES
+
+if TYPE_CHECKING:
+    from ors_lab.notebook.session import SessionView
 
 __all__ = ["Client", "Environment", "Session"]
 
@@ -158,13 +161,21 @@ class Environment:
         split: str | None = None,
         index: int | None = None,
         secrets: Mapping[str, str] | None = None,
+        view: bool = True,
     ) -> Session:
-        """A session on one task, by ``task=`` or by ``split=`` and ``index=``; ``with`` opens it."""
-        return Session(self._runner, self.aio.session(task, split=split, index=index, secrets=secrets))
+        """A session on one task, by ``task=`` or by ``split=`` and ``index=``; ``with`` opens it.
+
+        ``view=False``: no live view of this session, whatever ``ol.live_views()`` says.
+        """
+        return Session(self._runner, self.aio.session(task, split=split, index=index, secrets=secrets, view=view))
 
 
 class Session:
-    """A live episode on one task: ``prompt()``, ``tools()``, ``call()``; kept alive until closed."""
+    """A live episode on one task: ``prompt()``, ``tools()``, ``call()``; kept alive until closed.
+
+    In a notebook it shows its live view in the cell that opens it, updated in place by the calls of
+    later cells; displaying it shows the same view.
+    """
 
     def __init__(self, runner: Runner, aio: AsyncSession) -> None:
         self._runner = runner
@@ -176,6 +187,20 @@ class Session:
 
     def __repr__(self) -> str:
         return repr(self.aio).replace("AsyncSession(", "Session(", 1)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle = self.aio._repr_mimebundle_(include, exclude)
+        if self.aio.view is None:
+            bundle["text/plain"] = repr(self)
+        return bundle
+
+    def _repr_html_(self) -> str:
+        return self.aio._repr_html_()
+
+    @property
+    def view(self) -> SessionView | None:
+        """The live view, once the session opened with one."""
+        return self.aio.view
 
     @property
     def pings(self) -> int:

@@ -3,6 +3,8 @@
     with serve() as server:                      # the bundled demo environments, ors-sdk server
         server.url                               # "http://127.0.0.1:PORT"
     with serve("tests.envs.openreward_envs:ENVIRONMENTS", sdk="openreward") as server: ...
+    server = start()                             # the same, without a block (a notebook's first cell)
+    server.stop()                                # ... and its last
 
 The child is this module run as a script, which imports the environment list, builds the SDK's
 `Server` and calls `.run(host="127.0.0.1", port=PORT)`:
@@ -32,11 +34,11 @@ import time
 import traceback
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, get_args
 
-__all__ = ["DEFAULT_ENVIRONMENTS", "HOST", "SDKS", "ServerProcess", "load_environments", "main", "serve"]
+__all__ = ["DEFAULT_ENVIRONMENTS", "HOST", "SDKS", "ServerProcess", "load_environments", "main", "serve", "start"]
 
 Sdk = Literal["ors-sdk", "openreward"]
 SDKS: tuple[str, ...] = get_args(Sdk)
@@ -66,7 +68,8 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 class ServerProcess:
     """A running reference server: its base URL, port, SDK, child pid and log file.
 
-    The log file (the child's stdout and stderr) exists while the `serve()` block runs.
+    The log file (the child's stdout and stderr) exists until the server stops (the end of the
+    `serve()` block, or `stop()`).
     """
 
     url: str
@@ -74,6 +77,15 @@ class ServerProcess:
     sdk: str
     pid: int
     log_path: Path
+    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+
+    def stop(self) -> None:
+        """Stop the child (SIGTERM to its group, SIGKILL after 5 s) and remove its log; safe to call twice."""
+        try:
+            if self._proc is not None:
+                _stop(self._proc)
+        finally:
+            self.log_path.unlink(missing_ok=True)
 
 
 class _Runnable(Protocol):
@@ -101,20 +113,32 @@ def serve(
     seconds raises RuntimeError with the tail of its output. `env` adds to (and overrides) the
     child's environment. On exit the child's process group gets SIGTERM, then SIGKILL after 5 s.
     """
+    server = start(environments, sdk=sdk, port=port, startup_timeout=startup_timeout, env=env)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def start(
+    environments: str = DEFAULT_ENVIRONMENTS,
+    *,
+    sdk: Sdk = "ors-sdk",
+    port: int = 0,
+    startup_timeout: float = 30.0,
+    env: Mapping[str, str] | None = None,
+) -> ServerProcess:
+    """Start a server as `serve()` does and return it running; `stop()` it when done.
+
+    For code with no block to put it in (a notebook: `server = start()` in the first cell,
+    `server.stop()` in the last). The child also stops by itself when this process ends.
+    """
     _check_spec(environments)
     if sdk not in SDKS:
         raise ValueError(f"unknown sdk {sdk!r}; valid options are {', '.join(map(repr, SDKS))}")
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be 0 (pick a free one) or 1-65535, not {port}")
-    child_env = _child_environment(env)
-    proc, server = _start(environments, sdk, port, startup_timeout, child_env)
-    try:
-        yield server
-    finally:
-        try:
-            _stop(proc)
-        finally:
-            server.log_path.unlink(missing_ok=True)
+    return _start(environments, sdk, port, startup_timeout, _child_environment(env))
 
 
 def load_environments(spec: str) -> list[type]:
@@ -227,9 +251,7 @@ def _free_port() -> int:
         return port
 
 
-def _start(
-    spec: str, sdk: str, port: int, startup_timeout: float, child_env: Mapping[str, str]
-) -> tuple[subprocess.Popen[bytes], ServerProcess]:
+def _start(spec: str, sdk: str, port: int, startup_timeout: float, child_env: Mapping[str, str]) -> ServerProcess:
     """Spawn the child and wait for /health, retrying on a taken port when we picked it."""
     attempts = _PORT_ATTEMPTS if port == 0 else 1
     for attempt in range(1, attempts + 1):
@@ -259,7 +281,7 @@ def _start(
             log_path.unlink(missing_ok=True)
             raise
         if outcome == "ready":
-            return proc, ServerProcess(url=url, port=chosen, sdk=sdk, pid=proc.pid, log_path=log_path)
+            return ServerProcess(url=url, port=chosen, sdk=sdk, pid=proc.pid, log_path=log_path, _proc=proc)
         _stop(proc)
         tail = _tail(log_path)
         log_path.unlink(missing_ok=True)

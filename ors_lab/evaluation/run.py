@@ -502,7 +502,7 @@ async def _episode(
 ) -> None:
     """Run one (task, rollout) episode to its end, publishing its events; never raises but for cancellation."""
     events = env.events
-    session = env.session(split=split, index=index)
+    session = env.session(split=split, index=index, view=False)  # the run's own view shows its episodes
     sid = session.sid
     events.publish(StartEvent(session_id=sid, rollout=rollout, message_id=sid, environment=env.name, split=split,
                               task_index=index))  # fmt: skip

@@ -2,14 +2,17 @@
 
 Every model converts from the server's JSON with ``from_wire`` and back with ``to_wire``; the
 wire form is the compact JSON both reference servers send (see ``shared/ors-protocol.md``).
+Each has a short ``repr`` and, for Jupyter, an HTML view (``_repr_html_``) built from
+``ors_lab.html``: the outcome, reward and errors first, ids last; text escaped, images drawn.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
+
+from ors_lab.html import Markup, card, colour, escape, fmt, pretty_json, styled, table
 
 __all__ = [
     "Block",
@@ -22,9 +25,14 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "block_from_wire",
+    "blocks_html",
+    "reward_html",
 ]
 
 JSON: TypeAlias = Any
+
+HTML_TEXT_LIMIT = 20_000
+"""The most characters of one text block an HTML view shows (the rest is counted, not drawn)."""
 
 
 class WireFormatError(ValueError):
@@ -52,6 +60,9 @@ class TextBlock:
         text = self.text if len(self.text) <= 60 else f"{self.text[:57]}..."
         return f"TextBlock({text!r})" if len(self.text) <= 60 else f"TextBlock({text!r}, chars={len(self.text)})"
 
+    def _repr_html_(self) -> str:
+        return styled(blocks_html((self,)))
+
 
 @dataclass(frozen=True, slots=True)
 class ImageBlock:
@@ -69,7 +80,7 @@ class ImageBlock:
         return f"ImageBlock({self.mime_type!r}, base64_chars={len(self.data)})"
 
     def _repr_html_(self) -> str:
-        return f'<img src="data:{html.escape(self.mime_type)};base64,{html.escape(self.data)}"/>'
+        return styled(blocks_html((self,)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,16 +122,48 @@ def _text_of(blocks: Sequence[Block]) -> str:
     return "\n".join(block.text for block in blocks if isinstance(block, TextBlock))
 
 
-def _blocks_html(blocks: Sequence[Block]) -> str:
-    parts = []
+def image_html(mime_type: str, data: str) -> Markup:
+    """An ``<img>`` showing base64 ``data`` inline (a data URI: no file, no network)."""
+    return Markup(
+        f'<img src="data:{escape(mime_type)};base64,{escape(data)}" alt="{escape(mime_type)}" '
+        'style="max-width:100%;max-height:480px;image-rendering:auto"/>'
+    )
+
+
+def text_html(text: str, *, limit: int = HTML_TEXT_LIMIT) -> Markup:
+    """Text in a ``<pre>``, escaped, cut at ``limit`` characters (saying how many more there were)."""
+    more = ""
+    if len(text) > limit:
+        more = f'<div class="ol-dim">… {len(text) - limit:,} more characters</div>'
+        text = text[:limit]
+    return Markup(f'<pre class="ol-pre">{escape(text)}</pre>{more}')
+
+
+def blocks_html(blocks: Sequence[Block], *, limit: int = HTML_TEXT_LIMIT) -> Markup:
+    """Blocks as HTML: text in ``<pre>`` (escaped, each cut at ``limit`` characters), images as images."""
+    parts: list[str] = []
     for block in blocks:
         if isinstance(block, TextBlock):
-            parts.append(f"<pre style='white-space:pre-wrap'>{html.escape(block.text)}</pre>")
+            parts.append(text_html(block.text, limit=limit))
         elif isinstance(block, ImageBlock):
-            parts.append(block._repr_html_())
+            parts.append(f"<div>{image_html(block.mime_type, block.data)}</div>")
         else:
-            parts.append(f"<code>{html.escape(repr(block))}</code>")
-    return "".join(parts)
+            parts.append(f'<div class="ol-dim">{escape(block.type)} block: <code>{escape(repr(block))}</code></div>')
+    return Markup("".join(parts))
+
+
+def reward_html(reward: float | None) -> Markup:
+    """A reward, coloured on the red-to-green scale (``-`` when there is none)."""
+    if reward is None:
+        return Markup('<span class="ol-dim">-</span>')
+    return Markup(f'<b style="color:{colour(reward)}">{escape(fmt(reward))}</b>')
+
+
+def _short_json(value: JSON, limit: int = 200) -> str:
+    """A JSON value on one line, cut at ``limit`` characters."""
+    text = value if isinstance(value, str) else pretty_json(value, limit=limit * 4).replace("\n", " ")
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,9 +267,21 @@ class ToolResult:
         return f"ToolResult(ok=True, reward={self.reward}, finished={self.finished}, blocks={len(self.blocks)})"
 
     def _repr_html_(self) -> str:
-        head = html.escape(repr(self))
-        body = _blocks_html(self.blocks) if self.ok else f"<pre>{html.escape(self.error or '')}</pre>"
-        return f"<div><code>{head}</code>{body}</div>"
+        if self.ok:
+            rows: list[tuple[str, Any]] = [("outcome", Markup('<span class="ol-ok">ok</span>')),
+                                           ("reward", reward_html(self.reward)), ("finished", self.finished),
+                                           ("blocks", len(self.blocks))]  # fmt: skip
+            if self.metadata is not None:
+                rows.append(("metadata", _short_json(self.metadata)))
+            body = blocks_html(self.blocks)
+        else:
+            rows = [("outcome", Markup('<span class="ol-bad">failed (ok=False)</span>')), ("error", self.error)]
+            if self.reason is not None:
+                rows.append(("reason", self.reason))
+            body = Markup("")
+        if self.task_id is not None:  # ids last
+            body = Markup(f'{body}<div class="ol-dim">task_id {escape(self.task_id)}</div>')
+        return styled(card("ToolResult", rows, extra=body))
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +302,11 @@ class Split:
     def to_wire(self) -> dict[str, JSON]:
         return {"name": self.name, "type": self.type}
 
+    def _repr_html_(self) -> str:
+        return styled(
+            f'<span class="ol-card"><b>{escape(self.name)}</b> <span class="ol-pill">{escape(self.type)}</span></span>'
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Task:
@@ -266,6 +326,12 @@ class Task:
     def __repr__(self) -> str:
         spec = repr(dict(self.spec))
         return f"Task({self.environment!r}, {spec if len(spec) <= 80 else spec[:77] + '...'})"
+
+    def _repr_html_(self) -> str:
+        ids = [key for key in self.spec if key == "id" or key.endswith("_id")]
+        rows = [(key, _short_json(value, 400)) for key, value in self.spec.items() if key not in ids]
+        rows += [(key, _short_json(self.spec[key])) for key in ids]
+        return styled(card("Task", rows, subtitle=self.environment))
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,3 +357,22 @@ class ToolSpec:
     def __repr__(self) -> str:
         params = sorted((self.input_schema or {}).get("properties", {}))
         return f"ToolSpec({self.name!r}, params={params})"
+
+    def _repr_html_(self) -> str:
+        schema = self.input_schema if isinstance(self.input_schema, dict) else {}
+        found = schema.get("properties")
+        properties: dict[str, Any] = found if isinstance(found, dict) else {}
+        required = set(schema.get("required") or ())
+        rows = []
+        for name, prop in properties.items():
+            prop = prop if isinstance(prop, dict) else {}
+            kind = prop.get("type") or " | ".join(
+                str(p.get("type")) for p in prop.get("anyOf", []) if isinstance(p, dict)
+            )
+            rows.append((name, kind or "-", "yes" if name in required else "no", prop.get("description") or ""))
+        params = (
+            table(["parameter", "type", "required", "description"], rows)
+            if rows
+            else Markup('<div class="ol-dim">no parameters</div>')
+        )
+        return styled(card(self.name, [("description", self.description or "-")], subtitle="tool", extra=params))

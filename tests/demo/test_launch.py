@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ors_lab.demo import launch
-from ors_lab.demo.launch import ServerProcess, serve
+from ors_lab.demo.launch import ServerProcess, serve, start
 from tests import wire
 from tests.envs import common
 
@@ -80,6 +80,19 @@ def test_serve_answers_health_and_reaps_the_child() -> None:
         assert os.getpgid(server.pid) == server.pid  # its own process group
     assert _gone(server.pid)
     assert not server.log_path.exists()
+
+
+def test_start_runs_until_stop_and_stop_is_idempotent() -> None:
+    """start() returns a running server; stop() reaps the child and its log, and can be called again."""
+    server = start()
+    try:
+        assert wire.get_json(server.url, "/health") == {"status": "ok"}
+        assert not _gone(server.pid)
+    finally:
+        server.stop()
+    assert _gone(server.pid)
+    assert not server.log_path.exists()
+    server.stop()
 
 
 def test_keyboard_interrupt_still_stops_the_child() -> None:

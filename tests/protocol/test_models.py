@@ -197,7 +197,7 @@ def test_tool_result_output() -> None:
 def test_html_shows_images() -> None:
     """The HTML view of a result with an image block contains an ``<img`` with a data URL."""
     page = ToolResult.from_wire(IMAGE_RESULT)._repr_html_()
-    assert f'<img src="data:image/png;base64,{PIXEL}"/>' in page
+    assert f'<img src="data:image/png;base64,{PIXEL}"' in page
     assert "a pixel:" in page
 
 
@@ -208,6 +208,44 @@ def test_html_escapes_text() -> None:
     assert "&lt;script&gt;" in page
     assert "&amp;" in page
     assert "<b>" not in ToolResult(ok=False, error="<b>bold</b>")._repr_html_()
+
+
+def test_html_puts_the_outcome_and_reward_first_and_the_task_id_last() -> None:
+    """A result's HTML reads outcome, reward and finished before its blocks, and its task_id after them."""
+    page = ToolResult(ok=True, blocks=(TextBlock("Correct!"),), reward=1.0, finished=True, task_id="f00d")._repr_html_()
+    order = [page.index(word) for word in ("outcome", "reward", "finished", "Correct!", "task_id f00d")]
+    assert order == sorted(order)
+    assert 'style="color:hsl(120, 65%, 45%)">1</b>' in page  # the reward on the shared colour scale
+
+
+def test_html_of_a_failed_result_shows_the_error_and_reason_first() -> None:
+    """An ok=False result's HTML says it failed, then the server's error and reason, escaped."""
+    page = ToolResult(ok=False, error="'nope' is <not> a tool", reason="invalid")._repr_html_()
+    assert page.index("failed") < page.index("&#x27;nope&#x27; is &lt;not&gt; a tool") < page.index("invalid")
+    assert "<not>" not in page
+
+
+def test_html_cuts_long_text_and_says_how_much() -> None:
+    """A text block over the HTML limit is cut, and the view counts the characters left out."""
+    page = TextBlock("x" * 25_000)._repr_html_()
+    assert "x" * 20_000 in page and "x" * 20_001 not in page
+    assert "5,000 more characters" in page
+
+
+def test_html_of_blocks_task_tool_and_split() -> None:
+    """Blocks, tasks, tools and splits show themselves in HTML, every value escaped."""
+    assert f'src="data:image/png;base64,{PIXEL}"' in ImageBlock(PIXEL, "image/png")._repr_html_()
+    assert "&lt;i&gt;hi&lt;/i&gt;" in TextBlock("<i>hi</i>")._repr_html_()
+    task = Task("lab", {"id": "t0", "question": "<b>2 + 2</b>?"})._repr_html_()
+    assert "&lt;b&gt;2 + 2&lt;/b&gt;?" in task and "<b>2" not in task
+    assert task.index("question") < task.index(">id<")  # ids last
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "description": "Yours."}}}
+    tool = ToolSpec("submit", "Submit <an> answer.", {**schema, "required": ["answer"]})._repr_html_()
+    assert "Submit &lt;an&gt; answer." in tool
+    assert "<td>answer</td><td>string</td><td>yes</td><td>Yours.</td>" in tool
+    assert "no parameters" in ToolSpec("hint")._repr_html_()
+    split = Split("train", "train")._repr_html_()
+    assert "<b>train</b>" in split
 
 
 # Shape errors
