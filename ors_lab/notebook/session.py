@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 import threading
 import time
 import weakref
@@ -47,7 +48,7 @@ from ors_lab.events import (
     wall_time,
 )
 from ors_lab.html import Markup, card, escape, fmt, styled, table
-from ors_lab.notebook.settings import resolve
+from ors_lab.notebook.settings import live_views, resolve
 from ors_lab.notebook.state import ViewState
 from ors_lab.notebook.view import LiveView
 from ors_lab.protocol.models import (
@@ -812,6 +813,11 @@ def _router(stream: EventStream) -> _Router:
         return router
 
 
+def _terminal() -> bool:
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
+
+
 class SessionView:
     """A session's live view, as the session holds it: started before its ``/create``, closed with it.
 
@@ -845,8 +851,8 @@ class SessionView:
         view = None
         try:
             mode = resolve()
-            if mode == "off":
-                return None
+            if mode == "off" or (mode == "text" and live_views() == "auto" and not _terminal()):
+                return None  # "auto" draws a session's text line on a terminal only: a log gets none per session
             view = cls(session, mode=mode)
             view.state.opening = True  # its /create is about to go
             view.attach()

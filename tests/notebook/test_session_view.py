@@ -163,6 +163,25 @@ def test_text_mode_writes_the_session_line_to_stderr(ors_sdk_server: ServerProce
     assert session.view is not None and session.view.updates >= 1
 
 
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_auto_outside_a_kernel_draws_the_line_on_a_terminal_only(ors_sdk_server: ServerProcess) -> None:
+    """"auto" gives a session its line on a terminal, and a log (stderr not a TTY) no line per session."""
+    ol.live_views("auto")
+    for stream, drawn in ((io.StringIO(), False), (_Terminal(), True)):
+        with contextlib.redirect_stderr(stream), ol.Client(ors_sdk_server.url) as client:
+            with client.environment("lab").session(split="test", index=0) as session:
+                session.call("submit", {"answer": "15"})
+        assert (session.view is not None) is drawn
+        written = stream.getvalue()
+        assert ("total reward 1" in written) is drawn, written
+        if drawn:
+            assert "\r" in written and written.endswith("closed\n")
+
+
 async def test_an_async_session_shows_its_view_too(ors_sdk_server: ServerProcess) -> None:
     """AsyncSession starts, updates and closes the same view as the sync Session."""
     ol.live_views("text")
