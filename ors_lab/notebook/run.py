@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -345,6 +346,7 @@ class RunState(ViewState):
         label: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.id = uuid.uuid4().hex  # the front end keeps what its views of this run hold under it
         self.environment = environment
         self.split = split
         self.agent = agent
@@ -668,6 +670,7 @@ class RunState(ViewState):
         rows = max(GRID_CELLS // max(self.rollouts, 1), 1)
         shown_tasks = self.tasks[:rows]
         return {
+            "id": self.id,
             "label": self.label,
             "environment": self.environment,
             "split": self.split,

@@ -25,6 +25,22 @@ const runCodeColour = (code) => {
 
 const runSet = (node, text) => { if (node.textContent !== text) node.textContent = text; };
 
+// What the views of one run keep (its transcripts, the selected cell), by the run's id: a later view
+// of the same run finds them (the output is drawn again when the run ends, to update its static
+// summary, and a second display of the view shows the same). anywidget gives each view a model
+// object of its own, so the id is in the data. The last RUN_STORES runs are kept.
+const RUN_STORES = 20;
+const runStores = new Map();
+const runStore = (id) => {
+  let store = runStores.get(id);
+  if (!store) {
+    store = { cache: new Map(), selected: null };
+    if (id) runStores.set(id, store);
+    if (runStores.size > RUN_STORES) runStores.delete(runStores.keys().next().value);
+  }
+  return store;
+};
+
 const RUN_PART_STYLE = {
   block: "ol-dim", reasoning: "ol-reasoning", text: "", tool: "ol-tool", output: "ol-dim",
   "tool-error": "ol-err", reward: "", error: "ol-err", finish: "ol-dim", elided: "ol-dim",
@@ -54,7 +70,8 @@ const runPct = (done, total) => (total ? Math.min(100, (100 * done) / total) : 1
 
 ORS.views.run = ({ model, el }) => {
   const h = ORS.h;
-  const cache = new Map();
+  const store = runStore((model.get("data") || {}).id);
+  const cache = store.cache;
   let selected = null;
   let selectedCode = null;
   let cellNodes = [];
@@ -116,7 +133,8 @@ ORS.views.run = ({ model, el }) => {
     h("div", { style: "margin: 4px 0" }, meanBox, passBox, successBox, tokensBox, errorsBox),
     errors,
     h("div", { class: "ol-row", style: "margin-top: 4px" },
-      h("div", { style: "flex: 1 1 300px; min-width: 200px" }, h("div", { class: "ol-dim" }, "tasks × rollouts (click a cell)"), grid, gridNote),
+      h("div", { style: "flex: 0 1 auto; min-width: 200px; max-width: 620px" },
+        h("div", { class: "ol-dim" }, "tasks × rollouts (click a cell)"), grid, gridNote),
       h("div", {},
         h("div", { class: "ol-dim" }, "rewards"), hist,
         h("div", { class: "ol-dim" }, "mean reward over time"), line)),
@@ -159,7 +177,7 @@ ORS.views.run = ({ model, el }) => {
 
   const select = (key) => {
     if (selected !== null && cellIndex.has(selected)) cellNodes[cellIndex.get(selected)]?.classList.remove("ol-selected");
-    selected = key;
+    selected = store.selected = key;
     if (key === null) { transcript.style.display = "none"; return; }
     cellNodes[cellIndex.get(key)]?.classList.add("ol-selected");
     transcript.style.display = "";
@@ -207,7 +225,7 @@ ORS.views.run = ({ model, el }) => {
       cell.classList.toggle("ol-pending", !fill);
       cell.style.opacity = code === " " ? "0" : "";
       cell.style.outline = code === "~" ? "1px dashed #0969da" : "";
-      if (code === "~" || code === ".") cell.style.background = "";
+      cell.dataset.state = code === "x" ? "failed" : fill ? "done" : code === "~" ? "running" : "waiting";
     }
     codes = next;
     runSet(gridNote, g.more_tasks ? `and ${g.more_tasks} more tasks (the result has them all)` : "");
@@ -350,6 +368,7 @@ ORS.views.run = ({ model, el }) => {
 
   takeInbox();
   redraw();
+  if (store.selected !== null) select(store.selected);
   model.on("change:data", redraw);
   model.on("change:inbox", takeInbox);
   model.on("msg:custom", onMessage);
