@@ -497,3 +497,79 @@ def test_the_eval_result_shows_itself_as_the_dashboards_summary(lab: ol.Environm
     assert html.count('class="ol-cell"') == 9 and "the agent fell over" in html
     assert "crashing_policy" in html  # the agent's name
     assert not math.isnan(result.summary()["mean_reward"].iloc[0])
+
+
+# -- in a real kernel ---------------------------------------------------------------------------------------
+
+KERNEL_RUN = """
+import ors_lab as ol
+from ors_lab.demo.agent import DemoAgent
+client = ol.Client({url!r})
+result = ol.evaluate(client.environment("guessing"), DemoAgent(pace=0.004), split="test", rollouts=3)
+"""
+KERNEL_FIGURES = """
+import json
+print(json.dumps({"mean": float(result.summary()["mean_reward"].iloc[0]), "episodes": len(result.episodes)}))
+"""
+
+
+@pytest.fixture
+def kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real IPython kernel of this Python, its Jupyter and IPython state in tmp_path."""
+    from jupyter_client.manager import start_new_kernel
+
+    for name in ("IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    monkeypatch.delenv("ORS_LAB_VIEWS", raising=False)
+    manager, client = start_new_kernel(kernel_name="python3", startup_timeout=60)
+    try:
+        yield client
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def run_cell(client: Any, code: str, timeout: float = 60) -> list[dict[str, Any]]:
+    """Execute `code`; every iopub message it caused, until the kernel is idle again."""
+    msg_id = client.execute(code)
+    messages = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg = client.get_iopub_msg(timeout=max(deadline - time.monotonic(), 0.1))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        messages.append(msg)
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return messages
+    raise AssertionError(f"the cell did not end within {timeout} s")
+
+
+def test_the_dashboard_updates_the_front_end_while_the_cell_runs(demo_server: ServerProcess, kernel: Any) -> None:
+    """In a kernel: one widget, updated while evaluate() runs (at most about 10 a second), left in its final state."""
+    messages = run_cell(kernel, KERNEL_RUN.format(url=demo_server.url))
+    errors = [m["content"] for m in messages if m["msg_type"] == "error" or m["content"].get("name") == "stderr"]
+    assert not errors, errors
+    [opened] = [m for m in messages if m["msg_type"] == "comm_open" and m["content"]["data"]["state"].get("view")]
+    assert opened["content"]["data"]["state"]["view"] == "run"
+    updates = [m for m in messages if m["msg_type"] == "comm_msg" and "data" in m["content"]["data"].get("state", {})]
+    done = [m["content"]["data"]["state"]["data"]["done"] for m in updates]
+    assert done == sorted(done) and any(0 < n < 30 for n in done) and done[-1] == 30  # seen part-way
+    times = [m["header"]["date"] for m in updates]
+    span = (times[-1] - times[0]).total_seconds()
+    assert span > 0.3 and len(updates) <= span / 0.1 + 2
+    ended = next(m for m in messages if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle")
+    assert times[-1] <= ended["header"]["date"]
+    inbox = [t["key"] for m in messages if m["msg_type"] == "comm_msg"
+             for t in m["content"]["data"].get("state", {}).get("inbox", [])]  # fmt: skip
+    assert sorted(inbox) == sorted(f"{task}/{rollout}" for task in range(10) for rollout in range(3))
+    [shown] = [m["content"]["data"] for m in messages if m["msg_type"] == "display_data"]
+    assert set(shown) == {"application/vnd.jupyter.widget-view+json", "text/html", "text/plain"}
+    assert shown["text/plain"].startswith("eval guessing/test: 0/30 episodes")
+    [final] = [m["content"]["data"] for m in messages if m["msg_type"] == "update_display_data"]
+    assert final["text/plain"].startswith("eval guessing/test: 30/30 episodes")
+    last = updates[-1]["content"]["data"]["state"]["data"]
+    assert last["status"] == "finished" and last["grid"]["cells"] == "U" * 30
+    [printed] = [m["content"]["text"] for m in run_cell(kernel, KERNEL_FIGURES) if m["msg_type"] == "stream"]
+    figures = json.loads(printed)
+    assert figures == {"mean": last["mean"], "episodes": last["done"]}
+    assert f"{figures['mean']:.3f} ± " in final["text/html"]
