@@ -264,19 +264,22 @@ def _tokens_text(tokens: Mapping[str, int | None] | None) -> str | None:
     return main + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _grid_html(grid: Sequence[tuple[Any, Sequence[tuple[float | None, bool]]]], rollouts: int, more: int) -> str:
+def _grid_html(grid: Sequence[tuple[Any, Sequence[tuple[float | None, bool]]]], more: int) -> str:
+    """One column of cells per task (its rollouts downwards), the columns wrapping, as the dashboard draws it."""
     if not grid:
         return ""
-    cells = []
+    columns = []
     for task, row in grid:
+        cells = []
         for rollout, (reward, failed) in enumerate(row):
             what = "failed" if failed else "not run" if reward is None else f"reward {fmt(reward)}"
             style = f"background:{colour(reward, error=failed)}"
             cells.append(f'<div class="ol-cell" style="{style}" title="task {escape(task)} rollout {rollout}: {what}">'
                          "</div>")  # fmt: skip
+        columns.append(f'<div class="ol-grid" title="task {escape(task)}">{"".join(cells)}</div>')
     note = f'<div class="ol-dim">and {more} more tasks</div>' if more else ""
-    columns = f"grid-template-columns: repeat({max(rollouts, 1)}, 12px)"
-    return f'<div class="ol-grid" style="{columns}; margin: 4px 0">{"".join(cells)}</div>{note}'
+    flow = "display:flex; flex-wrap:wrap; gap:2px; margin:4px 0; max-width:620px"
+    return f'<div style="{flow}">{"".join(columns)}</div>{note}'
 
 
 def run_summary_html(summary: RunSummary) -> Markup:
@@ -315,7 +318,7 @@ def run_summary_html(summary: RunSummary) -> Markup:
         tasks = table(headers, lines, numeric=[False, True, True, True, *[True] * len(s.ks), True])
         if more_tasks:
             tasks = Markup(tasks + f'<div class="ol-dim">and {more_tasks} more tasks</div>')
-    grid = _grid_html(s.grid, s.rollouts, max(s.tasks - len(s.grid), 0))
+    grid = _grid_html(s.grid, max(s.tasks - len(s.grid), 0))
     return styled(card(f"eval {s.environment}/{s.split}", rows, subtitle=subtitle, extra=errors + grid + tasks))
 
 
