@@ -379,11 +379,20 @@ class RunState(ViewState):
         self._shown: list[str] = []
         self._transcripts: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._pending: deque[dict[str, Any]] = deque(maxlen=INBOX_PER_SEND)
-        self._series: list[list[float]] = []
+        # running figures, kept up to date per episode (exact ones are computed at the end)
+        self._sum = 0.0
+        self._squares = 0.0
+        self._successes = 0
+        self._pass_sum = [0.0] * len(self.ks)
+        self._pass_known = [0] * len(self.ks)
+        self._hist = [0] * HIST_BINS
+        self._hist_range = (0.0, 1.0)
+        self._series_t: list[float] = []
+        self._series_v: list[float] = []
         self._stride = 1
         self._version = 0
-        self._figures_at: tuple[int, float] = (-1, 0.0)
-        self._figures: dict[str, Any] = {}
+        self._exact_at = -1
+        self._exact: dict[str, Any] = {}
         self._handlers: dict[str, Callable[[Any], bool]] = {
             "start": self._start,
             "block-start": self._block,
@@ -568,19 +577,13 @@ class RunState(ViewState):
             self._per_task.setdefault(key[0], [0, 0, 0])
         old = self._outcomes[index]
         task = self._per_task[key[0]]
+        self._count_pass(task, -1)
         if old is not None:
-            self.episodes -= 1
-            task[0] -= 1
-            task[1] -= old.success
-            task[2] -= old.error is not None
-            self.errors -= old.error is not None
+            self._count(old, task, -1)
         self._outcomes[index] = outcome
-        self.episodes += 1
+        self._count(outcome, task, 1)
+        self._count_pass(task, 1)
         self.resumed += resumed
-        task[0] += 1
-        task[1] += outcome.success
-        task[2] += outcome.error is not None
-        self.errors += outcome.error is not None
         for n, value in enumerate(outcome.tokens):
             if value is not None:
                 self._tokens[n] = (self._tokens[n] or 0) + value
@@ -594,18 +597,53 @@ class RunState(ViewState):
         if not resumed:
             self._point()
 
+    def _count(self, outcome: _Outcome, task: list[int], sign: int) -> None:
+        """Add (``sign`` 1) or take away (-1) an outcome from the running counts."""
+        failed = outcome.error is not None
+        self.episodes += sign
+        task[0] += sign
+        task[1] += sign * outcome.success
+        task[2] += sign * failed
+        self.errors += sign * failed
+        self._successes += sign * outcome.success
+        reward = outcome.reward
+        if not math.isfinite(reward):
+            return
+        self._sum += sign * reward
+        self._squares += sign * reward * reward
+        lo, hi = self._hist_range
+        if lo <= reward <= hi:
+            self._hist[min(int((reward - lo) / (hi - lo) * HIST_BINS), HIST_BINS - 1)] += sign
+        else:  # a reward beyond the range so far: the bins widen to hold it (rare: rewards are mostly in [0, 1])
+            self._hist_range = (min(lo, reward), max(hi, reward))
+            self._rebin()
+
+    def _rebin(self) -> None:
+        lo, hi = self._hist_range
+        counts = [0] * HIST_BINS
+        for o in self._outcomes:
+            if o is not None and math.isfinite(o.reward):
+                counts[min(int((o.reward - lo) / (hi - lo) * HIST_BINS), HIST_BINS - 1)] += 1
+        self._hist = counts
+
+    def _count_pass(self, task: list[int], sign: int) -> None:
+        """Add or take away a task's pass@k from the sums the running mean over tasks is made of."""
+        if not task[0]:
+            return
+        for n, k in enumerate(self.ks):
+            value = pass_at_k(task[0], task[1], k)
+            if value is not None:
+                self._pass_sum[n] += sign * value
+                self._pass_known[n] += sign
+
     def _point(self) -> None:
         """A point of the running mean over time, every ``_stride`` episodes (the line stays short)."""
-        ran = self.episodes - self.resumed
-        if ran % self._stride:
+        if (self.episodes - self.resumed) % self._stride or not self.episodes:
             return
-        rewards = [o.reward for o in self._outcomes if o is not None] if self.episodes <= 5_000 else None
-        value = mean(rewards) if rewards is not None else self._figures.get("mean")
-        if value is None:
-            return
-        self._series.append([round(self.clock() - self.started, 3), round(value, 4)])
-        if len(self._series) > SERIES_POINTS:
-            self._series = self._series[::2]
+        self._series_t.append(round(self.clock() - self.started, 3))
+        self._series_v.append(round(self._sum / self.episodes, 4))
+        if len(self._series_t) > SERIES_POINTS:
+            self._series_t, self._series_v = self._series_t[::2], self._series_v[::2]
             self._stride *= 2
 
     def end(self, status: str = "finished") -> None:
@@ -628,26 +666,37 @@ class RunState(ViewState):
         return (self.ended if self.ended is not None else self.clock()) - self.started
 
     def figures(self) -> dict[str, Any]:
-        """mean, stderr, success rate and pass@k over the episodes done (recomputed when they change;
-        at most once a second beyond 5,000 episodes, and once more at the end)."""
-        version, at = self._figures_at
-        now = time.monotonic()
-        if version == self._version or (self.episodes > 5_000 and now - at < 1.0 and self.ended is None):
-            return self._figures
-        outcomes = [o for o in self._outcomes if o is not None]
-        rewards = [o.reward for o in outcomes]
-        passes = []
-        for k in self.ks:
-            known = [p for n, c, _ in self._per_task.values() if n and (p := pass_at_k(n, c, k)) is not None]
-            passes.append(mean(known) if known else None)
-        self._figures = {
-            "mean": mean(rewards),
-            "stderr": stderr(rewards),
-            "success_rate": sum(o.success for o in outcomes) / len(outcomes) if outcomes else None,
-            "pass": passes,
-        }
-        self._figures_at = (self._version, now)
-        return self._figures
+        """The mean reward, its stderr, the success rate and pass@k (the mean over tasks) of the episodes done.
+
+        While the run goes on they come from running sums, kept per episode (no pass over the
+        episodes at each update); once it has ended, from ``ors_lab.stats`` over every episode, as
+        ``EvalResult``'s frames compute them, so the last figures are the result's to the last digit.
+        """
+        n = self.episodes
+        if self.ended is None:
+            variance = (self._squares - self._sum * self._sum / n) / (n - 1) if n > 1 else None
+            sums = zip(self._pass_sum, self._pass_known, strict=True)
+            return {
+                "mean": self._sum / n if n else None,
+                "stderr": math.sqrt(max(variance, 0.0) / n) if variance is not None else None,
+                "success_rate": self._successes / n if n else None,
+                "pass": [total / known if known else None for total, known in sums],
+            }
+        if self._exact_at != self._version:
+            outcomes = [o for o in self._outcomes if o is not None]
+            rewards = [o.reward for o in outcomes]
+            passes = []
+            for k in self.ks:
+                known = [p for n, c, _ in self._per_task.values() if n and (p := pass_at_k(n, c, k)) is not None]
+                passes.append(mean(known) if known else None)
+            self._exact = {
+                "mean": mean(rewards),
+                "stderr": stderr(rewards),
+                "success_rate": sum(o.success for o in outcomes) / len(outcomes) if outcomes else None,
+                "pass": passes,
+            }
+            self._exact_at = self._version
+        return self._exact
 
     def tokens(self) -> dict[str, int | None] | None:
         """Tokens of the finished episodes (input, output, reasoning, cached; None when never reported)."""
@@ -700,21 +749,11 @@ class RunState(ViewState):
                 "cells": self._grid[: len(shown_tasks) * self.rollouts].decode("ascii"),
                 "more_tasks": len(self.tasks) - len(shown_tasks),
             },
-            "hist": self._histogram(),
-            "series": list(self._series),
+            "hist": {"lo": self._hist_range[0], "hi": self._hist_range[1], "counts": list(self._hist)},
+            "series": {"t": list(self._series_t), "mean": list(self._series_v)},
             "panes": self._panes(),
             "kept": len(self._transcripts),
         }
-
-    def _histogram(self) -> dict[str, Any]:
-        rewards = [o.reward for o in self._outcomes if o is not None and math.isfinite(o.reward)]
-        lo = min(0.0, min(rewards, default=0.0))
-        hi = max(1.0, max(rewards, default=1.0))
-        counts = [0] * HIST_BINS
-        width = (hi - lo) / HIST_BINS
-        for value in rewards:
-            counts[min(int((value - lo) / width), HIST_BINS - 1)] += 1
-        return {"lo": lo, "hi": hi, "counts": counts}
 
     def _panes(self) -> list[dict[str, Any]]:
         """The live episodes shown: those already shown first (panes do not jump), then the latest started."""

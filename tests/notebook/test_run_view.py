@@ -138,11 +138,16 @@ def test_synthetic_events_build_the_figures_the_grid_and_the_transcripts() -> No
         feed(state, episode(task, rollout, reward, tokens=(10, 5)))
     feed(state, episode(1, 2, 1.0, error="the tool crashed", tokens=(7, 0)))
     values = [*rewards.values(), 0.0]
-    snap = state.snapshot()
+    passes = [[1, (pass_at_k(3, 2, 1) + pass_at_k(3, 0, 1)) / 2],  # type: ignore[operator]
+              [3, (pass_at_k(3, 2, 3) + pass_at_k(3, 0, 3)) / 2]]  # type: ignore[operator]  # fmt: skip
+    running = state.snapshot()  # from running sums while the run goes on
+    assert running["mean"] == pytest.approx(mean(values)) and running["stderr"] == pytest.approx(stderr(values))
+    assert [value for _, value in running["pass"]] == pytest.approx([value for _, value in passes])
+    assert running["success_rate"] == pytest.approx(2 / 6)
+    state.end()
+    snap = state.snapshot()  # exact once it has ended: ors_lab.stats over every episode
     assert (snap["done"], snap["total"], snap["errors"], snap["running"]) == (6, 6, 1, 0)
-    assert snap["mean"] == mean(values) and snap["stderr"] == stderr(values)
-    assert snap["pass"] == [[1, (pass_at_k(3, 2, 1) + pass_at_k(3, 0, 1)) / 2],  # type: ignore[operator]
-                            [3, (pass_at_k(3, 2, 3) + pass_at_k(3, 0, 3)) / 2]]  # type: ignore[operator]  # fmt: skip
+    assert snap["mean"] == mean(values) and snap["stderr"] == stderr(values) and snap["pass"] == passes
     assert snap["tokens"] == {"input": 57, "output": 25, "reasoning": None, "cached": None}
     assert snap["last_errors"] == [["1/2", "RuntimeError", "the tool crashed"]]
     assert snap["grid"]["cells"] == "UAUKAx"  # 1.0, 0.0, 1.0, 0.5, 0.0, failed
@@ -212,7 +217,7 @@ def test_panes_transcripts_and_inbox_stay_bounded() -> None:
     kept = state.request({"transcript": "2999/0"})
     assert kept is not None and kept["transcript"]["key"] == "2999/0"
     assert len(state.last_errors) == dashboard.MAX_ERRORS and state.errors == len(range(0, 3_000, 7))
-    assert len(state.snapshot()["series"]) <= dashboard.SERIES_POINTS
+    assert len(state.snapshot()["series"]["t"]) <= dashboard.SERIES_POINTS
     assert len(json.dumps(state.snapshot())) < 40_000
 
 

@@ -259,10 +259,11 @@ ORS.views.run = ({ model, el }) => {
   };
 
   const drawLine = (series, elapsed) => {
-    const end = Math.max(elapsed || 0, ...series.map((p) => p[0]), 1e-9);
-    const top = Math.max(1, ...series.map((p) => p[1]));
+    const times = series.t || [], values = series.mean || [];
+    const end = Math.max(elapsed || 0, ...times, 1e-9);
+    const top = Math.max(1, ...values);
     const room = RUN_H - 18;
-    const points = series.map(([t, v]) => `${((RUN_W * t) / end).toFixed(1)},${(RUN_H - 14 - (room * v) / top).toFixed(1)}`);
+    const points = times.map((t, i) => `${((RUN_W * t) / end).toFixed(1)},${(RUN_H - 14 - (room * values[i]) / top).toFixed(1)}`);
     linePath.setAttribute("points", points.join(" "));
     runSet(lineEnd, ORS.duration(end));
     runSet(lineTop, ORS.fmt(top));
@@ -341,7 +342,7 @@ ORS.views.run = ({ model, el }) => {
     }
     if (d.grid) drawGrid(d.grid);
     if (d.hist) drawHist(d.hist);
-    drawLine(d.series || [], d.elapsed_s);
+    drawLine(d.series || {}, d.elapsed_s);
     drawPanes(d.panes || []);
     if (selected !== null && !cache.has(selected)) {  // the selected episode ended, its transcript not here
       const code = codes[cellIndex.get(selected)];
