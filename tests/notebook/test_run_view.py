@@ -7,6 +7,7 @@ EvalResult's, that the live view stays within its bounds, and the text line ``or
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -49,7 +50,7 @@ from ors_lab.notebook import run as dashboard
 from ors_lab.notebook.run import RunState
 from ors_lab.stats import mean, pass_at_k, stderr
 from tests.envs.common import LAB_TASKS
-from tests.evaluation.policies import answer_for, expected_reward, lab_policy
+from tests.evaluation.policies import answer_for, expected_reward, lab_policy, slow_lab_policy
 from tests.llm_server import LLMServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -578,3 +579,29 @@ def test_the_dashboard_updates_the_front_end_while_the_cell_runs(demo_server: Se
     figures = json.loads(printed)
     assert figures == {"mean": last["mean"], "episodes": last["done"]}
     assert f"{figures['mean']:.3f} ± " in final["text/html"]
+
+
+async def test_an_interrupted_run_leaves_its_view_in_its_last_state(
+    ors_sdk_server: ServerProcess, capsys: pytest.CaptureFixture[str], views: Any
+) -> None:
+    """Cancelled part-way, evaluate still closes its view: the last line says how far the run got."""
+    views("text")
+    eight = asyncio.Event()
+    ended: list[Event] = []
+
+    def count(event: Event) -> None:
+        if event.kind == "episode":
+            ended.append(event)
+            if len(ended) >= 8:
+                eight.set()
+
+    async with ol.AsyncClient(ors_sdk_server.url) as client:
+        run = asyncio.create_task(ol.aevaluate(client.environment("lab"), slow_lab_policy, split="train", rollouts=20,
+                                               concurrency=4, subscribe=count))  # fmt: skip
+        await asyncio.wait_for(eight.wait(), timeout=60)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    done = int(last.split(": ")[1].split("/")[0])
+    assert last.startswith("eval lab/train: ") and 8 <= done < 60 and done == len(ended)
