@@ -29,6 +29,8 @@ from ors_lab.analysis.reduce import Reduction, pass_at_k
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ors_lab.notebook.run import RunSummary
+
 __all__ = ["ANALYSIS_KINDS", "EvalResult"]
 
 ANALYSIS_KINDS = ("request", "result", "call_error", "open", "close", "start", "episode")
@@ -40,6 +42,8 @@ class EvalResult:
 
     ``table`` holds the run's rows (resumed episodes' included); ``episodes`` has one row per
     (task, rollout) pair, in order. ``rollouts`` sets the pass@k columns (pass@1 and pass@rollouts).
+    ``agent`` names the agent (its class and model, or its name). In a notebook it shows itself as
+    a summary card, its last errors, a small grid and the per-task table (``_repr_html_``).
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class EvalResult:
         trace: str | None = None,
         elapsed_s: float | None = None,
         resumed: int = 0,
+        agent: str | None = None,
     ) -> None:
         self.table = table
         self.environment = environment
@@ -64,6 +69,7 @@ class EvalResult:
         self.trace = trace
         self.elapsed_s = elapsed_s
         self.resumed = resumed
+        self.agent = agent
 
     def __len__(self) -> int:
         return len(self.episodes)
@@ -124,6 +130,77 @@ class EvalResult:
                 shown = str(value)
             lines.append(f"  {name:<16} {shown}")
         return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        """A summary card (rewards, pass@k and errors first; the trace last), the last errors, a small
+        grid of the episodes coloured by reward, and the per-task table (``ors_lab.notebook.run``)."""
+        from ors_lab.notebook.run import run_summary_html
+
+        return run_summary_html(self._summary_figures())
+
+    def _summary_figures(self) -> RunSummary:
+        import pandas as pd
+
+        from ors_lab.notebook.run import HTML_CELLS, MAX_ERRORS, TABLE_TASKS, RunSummary, TaskRow
+
+        def value(x: Any) -> Any:
+            return None if x is None or x is pd.NA or (isinstance(x, float) and x != x) else x
+
+        ks = self._ks()
+        episodes = self.episodes
+        if not len(episodes):
+            return RunSummary(self.environment, self.split, self.agent, 0, None, 0, self.rollouts, None, None, ks,
+                              [None] * len(ks), None, 0, elapsed_s=self.elapsed_s, resumed=self.resumed,
+                              ids=[("trace", self.trace)] if self.trace else [])  # fmt: skip
+        row: Any = self.summary().iloc[0]
+        tokens = {name.removesuffix("_tokens"): value(row[name]) for name in TOKENS}
+        errors = self.errors.tail(MAX_ERRORS)
+        task_rows = [
+            TaskRow(
+                task=value(t["task_index"]) if value(t["task_index"]) is not None else value(t["task"]),
+                episodes=t["episodes"],
+                mean=value(t["mean_reward"]),
+                stderr=value(t["stderr"]),
+                success_rate=value(t["success_rate"]),
+                passes=[value(t[f"pass@{k}"]) for k in ks],
+                errors=t["errors"],
+            )
+            for t in self.tasks.head(TABLE_TASKS).to_dict("records")
+        ]
+        last_errors = [
+            (f"{e['task_index']}/{e['rollout']}", value(e["error_type"]) or "error", str(e["error"]))
+            for e in errors.to_dict("records")
+        ]
+        grid: dict[Any, list[tuple[float | None, bool]]] = {}
+        for e in episodes.head(HTML_CELLS).to_dict("records"):
+            cells = grid.setdefault(value(e["task_index"]), [(None, False)] * self.rollouts)
+            rollout = value(e["rollout"])
+            if rollout is not None and 0 <= rollout < self.rollouts:
+                cells[rollout] = (value(e["reward"]), value(e["error"]) is not None)
+        elapsed = self.elapsed_s
+        return RunSummary(
+            environment=self.environment,
+            split=self.split,
+            agent=self.agent,
+            episodes=len(episodes),
+            total=None,
+            tasks=int(row["tasks"]),
+            rollouts=self.rollouts,
+            mean=value(row["mean_reward"]),
+            stderr=value(row["stderr"]),
+            ks=ks,
+            passes=[value(row[f"pass@{k}"]) for k in ks],
+            success_rate=value(row["success_rate"]),
+            errors=int(row["errors"]),
+            last_errors=last_errors,
+            tokens=tokens,
+            elapsed_s=elapsed,
+            rate=(len(episodes) - self.resumed) / elapsed if elapsed else None,
+            resumed=self.resumed,
+            task_rows=task_rows,
+            grid=list(grid.items()),
+            ids=[("trace", self.trace)] if self.trace else [],
+        )
 
     def __repr__(self) -> str:
         import pandas as pd

@@ -7,7 +7,7 @@ How a run goes:
 
 - The run has an event stream of its own, forwarding to the environment's (so a recorder on the
   caller's client sees the run too): its requests, sessions and agent events are published there.
-  The recorder (``record=``), the progress line, the rows the result is built from and the
+  The recorder (``record=``), the progress view, the rows the result is built from and the
   caller's ``subscribe=`` are its subscribers. The caller's client and environment are never
   changed: two evaluations on one client at once each record into their own trace.
 - The pairs (task index, rollout) are worked through by ``concurrency`` workers, each holding at
@@ -28,12 +28,18 @@ How a run goes:
   raises ``EvaluationInterrupted`` (a ``KeyboardInterrupt``) whose ``.result`` is the partial
   ``EvalResult``, with a one-line message; a cancelled ``aevaluate`` raises ``CancelledError``.
   Either way ``last_result()`` gives the partial result.
+- ``progress=True`` shows the run as ``ors_lab.notebook`` draws it (``ol.live_views()``): the
+  dashboard (``RunState``) in a notebook, updated at most 10 times a second and left with its
+  final state and a static summary when the run ends, however it ends; the progress line
+  elsewhere; nothing when live views are ``"off"``. It is an inline subscriber doing a little
+  bookkeeping per event; if it fails, it is detached (or never shown) and the run goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import threading
@@ -42,6 +48,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -61,7 +68,6 @@ from ors_lab.analysis.trace import load_trace
 from ors_lab.client import AsyncEnvironment, Environment, Runner
 from ors_lab.client.runner import CLEANUP_TIMEOUT
 from ors_lab.client.shielding import outlast_cancel
-from ors_lab.evaluation.progress import TextProgress
 from ors_lab.evaluation.result import ANALYSIS_KINDS, EvalResult
 from ors_lab.events import (
     AGENT_KINDS,
@@ -80,6 +86,9 @@ from ors_lab.recording.recorder import Recorder
 from ors_lab.recording.redact import Redactor
 from ors_lab.recording.rows import Rows
 from ors_lab.recording.schema import SCHEMA
+
+if TYPE_CHECKING:
+    from ors_lab.notebook import LiveView
 
 __all__ = ["EvaluationInterrupted", "aevaluate", "evaluate", "last_result"]
 
@@ -137,9 +146,10 @@ async def aevaluate(
     ``rollouts``: episodes per task. ``concurrency``: open sessions at most. ``max_steps``: tool
     calls per episode at most (None: no limit). ``timeout``: seconds per episode. ``record``: a
     trace path, or a ``Recorder`` the caller keeps open. ``resume``: continue an existing trace.
-    ``progress``: show the progress line. ``reward`` and ``success_threshold``: how steps reduce to
-    an episode's reward and success (``ors_lab.analysis.reduce``). ``subscribe``: called with every
-    agent event of the run (``ors_lab.events``), inline.
+    ``progress``: show the run live (a dashboard in a notebook, a line elsewhere). ``reward`` and
+    ``success_threshold``: how steps reduce to an episode's reward and success
+    (``ors_lab.analysis.reduce``). ``subscribe``: called with every agent event of the run
+    (``ors_lab.events``), inline.
 
     Cancelled, it stops its episodes, deletes their sessions and closes the trace before raising
     ``CancelledError``; ``last_result()`` then holds the partial result.
@@ -184,13 +194,14 @@ async def _evaluate(
         raise ValueError(f"max_steps must be 1 or more (or None), not {o.max_steps}")
     check_reduction(o.reward)
     runner = as_agent(agent)
+    agent_name = _agent_name(agent)
     events = EventStream(parent=aenv.events)
     run_env = AsyncEnvironment(aenv.client, aenv.name, events=events)
     recorder, own_recorder, done, resumed_rows = _open_recorder(o.record, o.resume, aenv.name, o.split)
     # the result's rows: taken from the tables the recorder writes, else made here
     rows: _RecordedRows | _ResultRows = _RecordedRows(recorder) if recorder is not None else _ResultRows()
     subscriptions = [events.subscribe(rows, kinds=rows.KINDS), events.subscribe(ending, kinds=ending.KINDS)]
-    meter: TextProgress | None = None
+    view: LiveView | None = None
     workers: list[asyncio.Task[None]] = []
     resumed: list[str] = []
     started = time.monotonic()
@@ -208,8 +219,7 @@ async def _evaluate(
         resumed = [done[key] for key in keys.values() if key in done]
         todo = deque(pair for pair, key in keys.items() if key not in done)
         if o.progress:
-            meter = TextProgress(len(keys), label=f"eval {aenv.name}/{o.split}", done=len(resumed))
-            subscriptions.append(events.subscribe(meter, kinds=["episode"]))
+            view = _show_progress(events, aenv.name, o.split, list(keys), agent_name, resumed_rows, resumed)
 
         async def work() -> None:
             while todo:
@@ -231,8 +241,8 @@ async def _evaluate(
             await outlast_cancel(_stop(workers))  # each closes its session on the way out
     for subscription in subscriptions:
         subscription.close()
-    if meter is not None:
-        meter.close()
+    if view is not None:
+        _end_progress(view, stopped_by)
     if recorder is not None:  # every row of the run written, and handed to its reader; never left half-done
         try:
             await outlast_cancel(asyncio.to_thread(recorder.close if own_recorder else recorder.flush))
@@ -243,14 +253,77 @@ async def _evaluate(
                 raise
             log.exception("ors_lab: closing the trace of an interrupted evaluation failed")
     if stopped_by is None:
-        _last = _result(rows, resumed_rows, resumed, aenv.name, o, recorder, started)
+        _last = _result(rows, resumed_rows, resumed, aenv.name, o, recorder, started, agent_name)
         return _last
     try:
-        _last = ending.result = _result(rows, resumed_rows, resumed, aenv.name, o, recorder, started)
+        _last = ending.result = _result(rows, resumed_rows, resumed, aenv.name, o, recorder, started, agent_name)
     except Exception:  # the interrupt is what is reported; the trace still holds it all
         log.exception("ors_lab: the partial result of an interrupted evaluation could not be built")
     ending.cleaned = True
     raise stopped_by
+
+
+def _show_progress(
+    events: EventStream,
+    environment: str,
+    split: str,
+    keys: list[tuple[int, int]],
+    agent: str,
+    resumed_rows: pa.Table | None,
+    resumed: list[str],
+) -> LiveView | None:
+    """The run's live view, subscribed and shown (None when live views are off, or if it failed to show)."""
+    from ors_lab.notebook import LiveView, resolve
+    from ors_lab.notebook.run import RunState
+
+    try:
+        mode = resolve()
+        if mode == "off":
+            return None
+        records = _episode_records(resumed_rows, set(resumed)) if resumed else []
+        state = RunState(environment, split, keys, agent=agent, resumed=records)
+        view = LiveView(state, mode=mode)
+        view.attach(events)
+        return view.show()
+    except Exception:  # the run matters more than its view
+        log.exception("ors_lab: the evaluation's live view could not be shown; the run goes on without it")
+        return None
+
+
+def _end_progress(view: LiveView, stopped_by: BaseException | None) -> None:
+    """Leave the view with the run's final state, however the run ended."""
+    status = "finished" if stopped_by is None else "failed"
+    if isinstance(stopped_by, KeyboardInterrupt | asyncio.CancelledError):
+        status = "interrupted"
+    try:
+        view.state.end(status)  # type: ignore[attr-defined]  # a RunState; the workers are done: nothing else writes it
+        view.close()
+    except Exception:
+        log.exception("ors_lab: the evaluation's live view could not be closed")
+
+
+def _agent_name(agent: Agent | Policy) -> str:
+    """How the dashboard names the agent: its class and model when it has one, else its name or repr."""
+    model = getattr(agent, "model", None)
+    if isinstance(model, str):
+        return f"{type(agent).__name__}({model})"
+    name = getattr(agent, "__qualname__", None)
+    if isinstance(name, str):
+        return name
+    text = repr(agent)
+    return text if len(text) <= 60 else type(agent).__name__
+
+
+def _episode_records(table: pa.Table | None, sessions: set[str]) -> list[dict[str, Any]]:
+    """The outcomes (``episode`` rows' records) of the resumed sessions, as the trace holds them."""
+    if table is None or not sessions:
+        return []
+    mask = pc.and_(
+        pc.and_(pc.equal(table["kind"], "episode"), pc.equal(table["layer"], "agent")),
+        pc.is_in(table["session_id"], value_set=pa.array(sorted(sessions), pa.string())),
+    )
+    records: list[dict[str, Any]] = [json.loads(data) for data in table.filter(mask)["data"].to_pylist()]
+    return records
 
 
 async def _stop(workers: list[asyncio.Task[None]]) -> None:
@@ -272,6 +345,7 @@ def _result(
     o: _Options,
     recorder: Recorder | None,
     started: float,
+    agent: str,
 ) -> EvalResult:
     table = rows.table()
     if resumed_rows is not None:
@@ -286,6 +360,7 @@ def _result(
         trace=None if recorder is None else str(recorder.path),
         elapsed_s=time.monotonic() - started,
         resumed=len(resumed),
+        agent=agent,
     )
 
 

@@ -39,11 +39,12 @@ class Throttle:
             if self._closed:
                 return
             self._dirty = True
+            if self._scheduled:  # the trailing send carries this change (sending now too would send twice)
+                return
             wait = self._last + self.interval - time.monotonic()
             if wait > 0:
-                if not self._scheduled:
-                    self._scheduled = True
-                    self._later(wait)
+                self._scheduled = True
+                self._later(wait)
                 return
         self._flush()
 

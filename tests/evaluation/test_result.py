@@ -63,3 +63,22 @@ def test_an_empty_result(tmp_path: Path) -> None:
     empty = EvalResult(record(tmp_path / "empty.parquet", []).table, environment="lab", split="test", rollouts=1)
     assert repr(empty) == "EvalResult(lab/test: no episodes)"
     assert empty.episodes.empty and empty.tasks.empty and empty.steps.empty
+
+
+def test_html_shows_rewards_and_errors_first_then_the_tasks_and_ids_last(result: EvalResult) -> None:
+    """_repr_html_: a card (mean ± stderr, pass@k, errors; the trace last), the errors, a grid, the per-task table."""
+    result.trace, result.agent = "runs/x.parquet", "my_policy"
+    html = result._repr_html_()
+    body = html[html.index("</style>") :]
+    order = [body.index(text) for text in ("mean reward", "pass@1", "pass@3", "errors", "episodes", "agent", "trace",
+                                           "last errors", 'class="ol-cell"', "<th>task</th>")]  # fmt: skip
+    assert order == sorted(order)
+    assert "0.333 ± 0.211" in body and "6 (2 tasks x 3 rollouts)" in body and "runs/x.parquet" in body
+    assert "boom" in body and body.count('class="ol-cell"') == 6
+    assert body.count("<tr>") >= 2 + 2  # the error and the two tasks, besides the card's rows
+
+
+def test_an_empty_result_shows_itself(tmp_path: Path) -> None:
+    """An empty result's HTML says no episodes ran."""
+    empty = EvalResult(record(tmp_path / "empty.parquet", []).table, environment="lab", split="test", rollouts=1)
+    assert "0 (0 tasks x 1 rollouts)" in empty._repr_html_()

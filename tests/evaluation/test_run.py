@@ -421,17 +421,6 @@ def test_sync_evaluate_runs_inside_a_running_loop(ors_sdk_server: ServerProcess)
     assert done.stdout.strip() == str([expected_reward("train", i, r) for i in range(3) for r in (0, 1)])
 
 
-def test_progress_line_counts_rate_reward_and_errors(
-    ors_sdk_server: ServerProcess, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Without widgets, the progress line reports episodes, rate, running mean reward and errors."""
-    with Client(ors_sdk_server.url) as client:
-        evaluate(client.environment("lab"), lab_policy, split="train", rollouts=2)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("eval lab/train: 6/6 episodes  ")
-    assert err[-1].endswith("/s  mean reward 0.500  errors 0")
-
-
 def test_demo_agent_streams_its_reasoning_into_the_trace(demo_server: ServerProcess, tmp_path: Path) -> None:
     """The demo agent's events are agent rows of the trace, in the seed's order, with their rollout."""
     path = tmp_path / "run.parquet"
