@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from ors_lab.demo.launch import ServerProcess, serve
+from ors_lab.notebook import settings
 from tests.cutting_proxy import CuttingProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +56,13 @@ def demo_server() -> Iterator[ServerProcess]:
     """The bundled demo environments (arithmetic, guessing) on the ors-sdk server."""
     with serve() as server:
         yield server
+
+
+@pytest.fixture(autouse=True)
+def views_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts from the default live views mode, and its own setting is undone afterwards."""
+    monkeypatch.setattr(settings, "_mode", None)
+    monkeypatch.delenv(settings.ENV_VAR, raising=False)
 
 
 @pytest.fixture

@@ -16,17 +16,9 @@ from nbclient import NotebookClient
 import ors_lab as ol
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.events import Event, SSEEvent
-from ors_lab.notebook import settings
 from ors_lab.notebook.session import OUTPUT_CHARS, SessionState, SessionView, partial_text
 from tests import wire
 from tests.envs import common
-
-
-@pytest.fixture(autouse=True)
-def views_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test sets the live views mode it needs; the process's setting comes back afterwards."""
-    monkeypatch.setattr(settings, "_mode", None)
-    monkeypatch.delenv(settings.ENV_VAR, raising=False)
 
 
 def watch(client: ol.Client, session: ol.Session, **options: Any) -> SessionState:
