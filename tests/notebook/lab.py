@@ -20,7 +20,9 @@ instead of views, fewer widget views than the committed notebook has. It takes t
 ``<name>-FAILED.png`` at the first problem output, in ``screenshot_dir()``: ``$ORS_LAB_SCREENSHOTS``,
 else ``build/screenshots`` (ignored by git; ``make test`` keeps it as the run's artefact).
 Leaving the ``with`` block finishes the run if the test did not, shuts the notebook's kernel down
-and closes the page, whatever happened; leaving the server's block stops the browser and the server.
+and closes the browser, whatever happened; leaving the server's block stops the server. Each run
+starts its own Playwright and Chromium (about a second): while Playwright's sync API is started it
+leaves a running event loop in the thread, which the asyncio tests that follow cannot share.
 
 The browser is ``/usr/bin/chromium`` (Debian's; never ``playwright install``) with the flags that
 work as root in a container. JupyterLab runs with the settings overrides a test run needs (no news
@@ -46,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.notebook.runall import MARKER
 
@@ -149,9 +151,7 @@ class JupyterLab:
         self.log = scratch / "jupyterlab.log"
         self.server_start_s = 0.0
         self._server: subprocess.Popen[bytes] | None = None
-        self._playwright: Playwright | None = None
-        self._browser: Browser | None = None
-        self._stack = contextlib.ExitStack()
+        self._started = False
 
     # -- the server and the browser -------------------------------------------------------------
 
@@ -172,22 +172,28 @@ class JupyterLab:
 
     def __enter__(self) -> JupyterLab:
         self.root.mkdir(parents=True, exist_ok=True)
-        self._stack.callback(self._stop_server)
+        self._started = True
         try:
             self._start_server()
-            self._playwright = self._stack.enter_context(sync_playwright())
-            browser_env: dict[str, str | float | bool] = dict(self._env())
-            self._browser = self._playwright.chromium.launch(
-                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, env=browser_env
-            )
-            self._stack.callback(self._browser.close)
         except BaseException:
-            self._stack.close()
+            self._stop_server()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stack.close()
+        self._stop_server()
+
+    @contextlib.contextmanager
+    def _browser(self) -> Iterator[Browser]:
+        """Playwright and a headless Chromium for one run only: Playwright's sync API leaves a running
+        event loop in this thread for as long as it is started, which later asyncio tests cannot share."""
+        env: dict[str, str | float | bool] = dict(self._env())
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, env=env)
+            try:
+                yield browser
+            finally:
+                browser.close()
 
     def _start_server(self) -> None:
         started = time.monotonic()
@@ -255,34 +261,33 @@ class JupyterLab:
         ``name`` (default: the notebook's stem) names the screenshots and the copy's directory.
         ``timeout``: seconds ``finish()`` waits for the marker line.
         """
-        if self._browser is None:
+        if not self._started:
             raise RuntimeError("use JupyterLab as a context manager: with JupyterLab(scratch) as lab: ...")
         name = name or notebook.stem
         copy = cleared_copy(notebook, self.root / name)
-        context = self._browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
-        page = context.new_page()
-        run = LabRun(
-            lab=self,
-            page=page,
-            name=name,
-            path=copy.relative_to(self.root).as_posix(),
-            widget_views=committed_widget_views(notebook),
-            timeout=timeout,
-        )
-        page.on("pageerror", lambda error: run.page_errors.append(str(error)))
-        page.on("console", lambda msg: run.console_errors.append(msg.text) if msg.type == "error" else None)
-        try:
-            run.start()
-            yield run
-            run.finish()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                run.screenshot(f"{name}-FAILED")
-            raise
-        finally:
-            with contextlib.suppress(Exception):
-                run.shutdown_kernel()
-            context.close()
+        with self._browser() as browser:
+            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+            run = LabRun(
+                lab=self,
+                page=page,
+                name=name,
+                path=copy.relative_to(self.root).as_posix(),
+                widget_views=committed_widget_views(notebook),
+                timeout=timeout,
+            )
+            page.on("pageerror", lambda error: run.page_errors.append(str(error)))
+            page.on("console", lambda msg: run.console_errors.append(msg.text) if msg.type == "error" else None)
+            try:
+                run.start()
+                yield run
+                run.finish()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    run.screenshot(f"{name}-FAILED")
+                raise
+            finally:
+                with contextlib.suppress(Exception):
+                    run.shutdown_kernel()
 
 
 @dataclass

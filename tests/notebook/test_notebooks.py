@@ -8,6 +8,7 @@ outputs. A notebook's own DOM checks go in ``CHECKS``.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -151,3 +152,5 @@ def test_a_live_view_advances_in_the_browser_while_its_cell_runs(tmp_path: Path,
     assert not run.problems, run.report()
     assert still_running and 0 < first < second < 20_000, (first, second)
     assert final == "20000 events"
+    with pytest.raises(RuntimeError, match="no running event loop"):  # Playwright's loop went with the run
+        asyncio.get_running_loop()
