@@ -3,7 +3,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
+# The browser tests drive Debian's Chromium through Playwright (never `playwright install`).
+CHROMIUM := /usr/bin/chromium
+# Screenshots of the browser tests: a test artefact, kept after the run, ignored by git.
+ORS_LAB_SCREENSHOTS ?= $(CURDIR)/build/screenshots
 
 .PHONY: demo test lint bench clean
 
@@ -11,12 +16,31 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# ors_lab is pure Python: no compiler, no system package.
+# ors_lab is pure Python: no compiler, no system package. The demo needs ors_lab alone ...
+$(BASE): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(BASE)
+
+# ... the tests also need the test extras (pytest, nbval, JupyterLab, Playwright, the linters).
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	touch $(BASE) $(STAMP)
 
-demo: $(STAMP)
+# Debian's chromium, installed with apt-get only when it is missing (as root, else through sudo).
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "make test: the browser tests need Debian's chromium at $(CHROMIUM)," \
+	    "and there is no apt-get here to install it: install chromium and fonts-dejavu-core, then run make test again" >&2; \
+	    exit 1; }
+	@if [ "$$(id -u)" = 0 ]; then sudo=; elif command -v sudo >/dev/null; then sudo=sudo; else \
+	    echo "make test: the browser tests need Debian's chromium at $(CHROMIUM); run make test as root, or" \
+	        "with sudo installed, or first: apt-get install chromium fonts-dejavu-core" >&2; \
+	    exit 1; fi; \
+	echo "make test: installing Debian's chromium and fonts-dejavu-core for the browser tests (apt-get)"; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core >/dev/null
+	@test -x $(CHROMIUM) || { echo "make test: apt-get ran but $(CHROMIUM) is still missing" >&2; exit 1; }
+
+demo: $(BASE)
 	$(BIN)/ors-lab demo
 
 # lint-imports checks the layers drawn in the README (contracts in pyproject.toml, one in tests/contracts.py).
@@ -26,15 +50,18 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	PYTHONPATH=. $(BIN)/lint-imports --no-cache
 
-# Jupyter and IPython state stays out of $HOME; the kernel runs from this venv.
-test: $(STAMP) lint
+# Jupyter, IPython and Chromium state stays out of $HOME; the kernel runs from this venv. The
+# notebooks run under strict nbval: their stored outputs are compared, once sanitized.
+test: $(STAMP) $(CHROMIUM) lint
 	export NBTMP=$$(mktemp -d) && trap 'rm -rf "$$NBTMP"' EXIT && \
 	export IPYTHONDIR=$$NBTMP/ipython JUPYTER_CONFIG_DIR=$$NBTMP/cfg JUPYTER_DATA_DIR=$$NBTMP/data \
-	       JUPYTER_RUNTIME_DIR=$$NBTMP/rt OPENREWARD_DISABLE_UPDATE_CHECK=1 && \
-	$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env --durations=10 tests notebooks
+	       JUPYTER_RUNTIME_DIR=$$NBTMP/rt XDG_CONFIG_HOME=$$NBTMP/xdg-config XDG_CACHE_HOME=$$NBTMP/xdg-cache \
+	       OPENREWARD_DISABLE_UPDATE_CHECK=1 ORS_LAB_SCREENSHOTS=$(ORS_LAB_SCREENSHOTS) && \
+	$(BIN)/python -m pytest -p no:cacheprovider --nbval --nbval-current-env \
+	    --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=300 --durations=10 tests notebooks
 
 bench: $(STAMP)
 	$(BIN)/python bench/client.py
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) build

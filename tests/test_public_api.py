@@ -51,8 +51,8 @@ def test_evaluate_takes_its_keywords_in_the_signature() -> None:
 
 
 def test_import_stays_light() -> None:
-    """`import ors_lab` loads no pandas, IPython, ipywidgets, uvicorn or reference-server SDK."""
-    code = "import sys, ors_lab; print(sorted(m for m in ('pandas', 'IPython', 'ipywidgets', 'uvicorn', 'ors', "
-    code += "'openreward', 'nest_asyncio2') if m in sys.modules))"
+    """`import ors_lab` loads no pandas, IPython, ipywidgets, anywidget, uvicorn or reference-server SDK."""
+    code = "import sys, ors_lab; print(sorted(m for m in ('pandas', 'IPython', 'ipywidgets', 'anywidget', 'traitlets', "
+    code += "'uvicorn', 'ors', 'openreward', 'nest_asyncio2') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"

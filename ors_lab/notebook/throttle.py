@@ -70,6 +70,10 @@ class Throttle:
 
     def _trailing(self) -> None:
         with self._lock:
+            wait = self._last + self.interval - time.monotonic()
+            if wait > 0 and self._dirty and not self._closed:  # a touch sent meanwhile: wait out its interval
+                self._later(wait)
+                return
             self._scheduled = False
         self._flush()
 

@@ -1,0 +1,156 @@
+"""Every notebook runs to its last line as a person runs it: Run All, every cell queued at once.
+
+Two runs per notebook: ``runall_queued`` (a kernel, no browser: every execute_request queued at
+once, as Lab's Run All sends them) and the real thing, Run All from JupyterLab's Run menu in
+headless Chromium. nbval (``make test``) runs them a third way, cell by cell, comparing the stored
+outputs. A notebook's own DOM checks go in ``CHECKS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbval.plugin import get_sanitize_patterns
+
+from tests.notebook.kernel import COUNTING_STATE
+from tests.notebook.lab import REPO_ROOT, JupyterLab, LabRun
+from tests.notebook.runall import MARKER, run_queued
+
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
+SANITIZE = REPO_ROOT / "notebooks" / "nbval_sanitize.cfg"
+
+CHECKS: dict[str, Callable[[LabRun], None]] = {}
+"""A notebook's own checks in the browser, by notebook stem (``"02-evaluate"``).
+
+A check is called with the run right after Run All, while the cells run: it may take DOM samples
+as the run goes (``run.sample(selector)``, ``run.page``), then calls ``run.finish()`` (wait for the
+marker line; idempotent) before it reads the final DOM. It asserts what it checks.
+"""
+
+
+def _stem(path: Path) -> str:
+    return path.stem
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=_stem)
+def test_run_all_queued(notebook: Path) -> None:
+    """Every code cell queued in the kernel at once: no error, no stderr, every cell done, the marker printed."""
+    run = run_queued(notebook, timeout=240)
+    assert not run.problems, run.report()
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=_stem)
+def test_run_all_in_jupyterlab(notebook: Path, jupyter_lab: JupyterLab) -> None:
+    """Run All in JupyterLab: the marker printed, no error output, no cell left running, widgets drawn as views."""
+    with jupyter_lab.run_all(notebook) as run:
+        check = CHECKS.get(notebook.stem)
+        if check is not None:
+            check(run)
+        run.finish()
+    print(run.report())
+    assert not run.problems, run.report()
+
+
+def test_every_notebook_ends_with_the_marker() -> None:
+    """Each notebook's last cell prints the marker the runs wait for, and its stored output holds it."""
+    for path in NOTEBOOKS:
+        last = [cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"][-1]
+        printed = "".join(output.get("text", "") for output in last.outputs)
+        assert MARKER in last.source and MARKER in printed, path.name
+
+
+def test_the_runs_report_a_failing_notebook(tmp_path: Path, jupyter_lab: JupyterLab) -> None:
+    """A notebook that fails half-way fails both runs: the error, the cells that never ran, no marker."""
+    cells = [
+        "import ipywidgets\nipywidgets.VBox([ipywidgets.IntSlider(3)])",
+        "import sys\nprint('a warning', file=sys.stderr)",
+        "raise ValueError('broken on purpose')",
+        f"print({MARKER!r})",
+    ]
+    notebook = tmp_path / "broken.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, notebook)
+
+    queued = run_queued(notebook, timeout=60)
+    assert any("cell 1 wrote to stderr" in p for p in queued.problems), queued.report()
+    assert any("ValueError: broken on purpose" in p for p in queued.problems), queued.report()
+    assert any("cells [3] did not run" in p for p in queued.problems), queued.report()
+    assert any(repr(MARKER) in p for p in queued.problems), queued.report()
+
+    with jupyter_lab.run_all(notebook, name="self-test-broken", timeout=60) as run:
+        run.finish()
+        sliders = run.page.locator(".jp-OutputArea-output .widget-slider").count()
+    report = run.report()
+    assert sliders == 1, report  # the widget drawn as a view
+    assert not any("widget" in p for p in run.problems), report
+    assert any("a warning" in p for p in run.problems), report
+    assert any("ValueError" in p and "broken on purpose" in p for p in run.problems), report
+    assert any("never ran" in p and "[3]" in p for p in run.problems), report
+    assert any(repr(MARKER) in p for p in run.problems), report
+    assert any(path.name == "self-test-broken-FAILED.png" for path in run.screenshots), report
+
+
+def test_the_sanitize_file_reads_as_nbval_reads_it() -> None:
+    """Every regex: line of the sanitize file pairs with a replace: line, compiles, and masks what varies."""
+    text = SANITIZE.read_text()
+    patterns = get_sanitize_patterns(text)
+    assert len(patterns) == text.count("\nregex: ") and patterns
+    samples = {
+        "sid='55c5b4af86fd4bf380e844c68e7b588d'": "sid='HEXID'",
+        "task 0f8c2a8e-59c4-4c1e-9d7e-1b2a3c4d5e6f": "task UUID",
+        "at 2026-12-01 20:36:31.765": "at YYYY-MM-DD HH:MM:SS",
+        "http://127.0.0.1:38123/": "http://127.0.0.1:PORT/",
+        "wrote /tmp/tmpab_12x/test_x.py": "wrote /tmp/TMPDIR/test_x.py",
+        "2 passed in 0.52s": "2 passed in N.NN s",
+        "took 12.5 ms": "took N.NN ms",
+        "30/30 episodes  41.3/s  1,200 tok/s": "30/30 episodes  N/s  N tok/s",
+        "ETA 0:12, mean": "ETA N, mean",
+        "reward 1.000 after 6 steps": "reward 1.000 after 6 steps",
+    }
+    for raw, want in samples.items():
+        got = raw
+        for regex, replace in patterns:
+            got = re.sub(regex, replace, got)
+        assert got == want, (raw, got)
+
+
+LIVE = f"""
+{COUNTING_STATE}
+stream = EventStream()
+view = LiveView(Count())
+view.attach(stream)
+view.show()
+pump(stream, events=20_000, seconds=3.0)
+view.close()
+"""
+
+
+def test_a_live_view_advances_in_the_browser_while_its_cell_runs(tmp_path: Path, jupyter_lab: JupyterLab) -> None:
+    """Two DOM samples taken while the cell runs show the view advancing; the end shows the final state."""
+    notebook = tmp_path / "live.ipynb"
+    cells = [LIVE, f"print({MARKER!r})"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, notebook)
+    counted = "e => Number(e.textContent.split(' ')[0])"
+    started = f"() => {{ const e = document.querySelector('.ors-lab pre'); return e && ({counted})(e) > 0; }}"
+    with jupyter_lab.run_all(notebook, name="self-test-live", timeout=60) as run:
+        run.page.wait_for_function(started, timeout=30_000)
+        first = run.sample(".ors-lab pre", counted)
+        run.page.wait_for_timeout(700)
+        second = run.sample(".ors-lab pre", counted)
+        still_running = run.running()
+        run.screenshot("self-test-live-mid", ".ors-lab")
+        run.finish()
+        final = run.sample(".ors-lab pre", "e => e.textContent")
+    assert not run.problems, run.report()
+    assert still_running and 0 < first < second < 20_000, (first, second)
+    assert final == "20000 events"
+    with pytest.raises(RuntimeError, match="no running event loop"):  # Playwright's loop went with the run
+        asyncio.get_running_loop()
