@@ -39,14 +39,13 @@ class Throttle:
             if self._closed:
                 return
             self._dirty = True
-            if self._scheduled:  # the trailing send carries this change (sending now too would send twice)
-                return
             wait = self._last + self.interval - time.monotonic()
             if wait > 0:
-                self._scheduled = True
-                self._later(wait)
+                if not self._scheduled:
+                    self._scheduled = True
+                    self._later(wait)
                 return
-        self._flush()
+        self._flush()  # a trailing send still scheduled is late (its loop is busy): it waits out this one
 
     def flush(self) -> None:
         """Send what is held now, if anything."""
