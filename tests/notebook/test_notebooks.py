@@ -12,6 +12,7 @@ import asyncio
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -24,7 +25,89 @@ from tests.notebook.runall import MARKER, run_queued
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 SANITIZE = REPO_ROOT / "notebooks" / "nbval_sanitize.cfg"
 
-CHECKS: dict[str, Callable[[LabRun], None]] = {}
+PROGRESS = re.compile(r"^(\d+)/(\d+) episodes")
+MEAN = re.compile(r"mean reward\s*([\d.]+ ± [\d.]+)")
+
+
+def _check_explore(run: LabRun) -> None:
+    """The live session view: drawn as a widget, its calls and rewards shown, and closed at the end."""
+    run.finish()
+    sessions = run.page.locator(".ors-lab .ol-session")
+    assert sessions.count() >= 1, run.report()
+    states = run.page.eval_on_selector_all(".ol-session-state", "es => es.map(e => e.textContent)")
+    assert "closed" in states, states
+    steps = run.page.locator(".ol-session-step").count()
+    assert steps >= 1, run.report()
+    run.screenshot("01-explore-session", ".ors-lab .ol-session")
+
+
+def _run_sample(run: LabRun) -> tuple[int, str]:
+    """The first dashboard's episodes done, and the text of its now-running panes."""
+    sample: list[Any] = run.page.evaluate(
+        """() => { const d = document.querySelector('.ol-run-progress');
+                   const p = document.querySelector('.ol-run-panes');
+                   return [d ? d.textContent : '', p ? p.textContent : '']; }"""
+    )
+    found = PROGRESS.match(sample[0])
+    return (int(found.group(1)) if found else -1), sample[1]
+
+
+def _check_evaluate(run: LabRun) -> None:
+    """While the evaluation runs, two samples show progress and the streaming panes advancing; at the end the
+    dashboard's numbers are those of the EvalResult the next cell shows."""
+    run.page.wait_for_function(
+        """() => { const d = document.querySelector('.ol-run-progress');
+                   const m = d && d.textContent.match(/^(\\d+)\\/(\\d+) episodes/);
+                   return m && +m[1] > 0 && +m[1] < +m[2]; }""",
+        timeout=120_000,
+    )
+    first_done, first_panes = _run_sample(run)
+    run.screenshot("02-evaluate-mid-run", ".ors-lab .ol-run")
+    run.page.wait_for_function(
+        f"""() => {{ const d = document.querySelector('.ol-run-progress');
+                    const p = document.querySelector('.ol-run-panes');
+                    const m = d && d.textContent.match(/^(\\d+)\\//);
+                    return m && +m[1] > {first_done} && p && p.textContent !== {first_panes!r}; }}""",
+        timeout=60_000,
+    )
+    second_done, second_panes = _run_sample(run)
+    assert 0 < first_done < second_done, (first_done, second_done)
+    assert first_panes and second_panes and first_panes != second_panes
+    run.finish()
+    dashboards = run.page.eval_on_selector_all(".ol-run", "es => es.map(e => e.textContent)")
+    results = run.page.eval_on_selector_all(
+        ".jp-OutputArea-output[data-mime-type='text/html'] .ors-lab", "es => es.map(e => e.textContent)"
+    )
+    assert len(dashboards) == 2, dashboards
+    assert dashboards[0].count("30/30 episodes") == 1 and dashboards[1].count("20/20 episodes") == 1, dashboards
+    for dashboard, shown in zip(dashboards, [r for r in results if "mean reward" in r][:2], strict=True):
+        dash_mean, result_mean = MEAN.search(dashboard), MEAN.search(shown)
+        assert dash_mean and result_mean and dash_mean.group(1) == result_mean.group(1), (dashboard, shown)
+    run.page.locator(".ol-run .ol-cell[data-key='0/0']").first.click()
+    run.page.wait_for_selector(".ol-run-transcript:visible", timeout=5_000)
+    transcript = run.page.locator(".ol-run-transcript").first.text_content() or ""
+    assert "task 0" in transcript and "guess" in transcript, transcript
+    run.screenshot("02-evaluate-transcript", ".ors-lab .ol-run")
+
+
+def _check_traces(run: LabRun) -> None:
+    """The trace viewer lists the episodes; a click on one opens its timeline."""
+    run.finish()
+    rows = run.page.locator(".ol-tr-list tbody tr")
+    assert rows.count() >= 10, run.report()
+    rows.nth(1).click()
+    run.page.wait_for_selector(".ol-tr-timeline", timeout=10_000)
+    timeline = run.page.locator(".ol-tr-timeline").first.text_content() or ""
+    assert "POST /create" in timeline and "session opened" in timeline and "reward" in timeline, timeline[:2000]
+    run.page.locator(".ol-tr-panel").first.scroll_into_view_if_needed()
+    run.screenshot("03-traces-timeline", ".ors-lab .ol-tr-panel")
+
+
+CHECKS: dict[str, Callable[[LabRun], None]] = {
+    "01-explore": _check_explore,
+    "02-evaluate": _check_evaluate,
+    "03-traces": _check_traces,
+}
 """A notebook's own checks in the browser, by notebook stem (``"02-evaluate"``).
 
 A check is called with the run right after Run All, while the cells run: it may take DOM samples
