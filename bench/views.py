@@ -61,7 +61,7 @@ with ol.Client({url!r}) as _client:
     _env = _client.environment({env!r})
     _t0, _c0 = time.monotonic(), time.process_time()
     _result = ol.evaluate(_env, quiz_policy, split={split!r}, rollouts={rollouts}, concurrency={concurrency})
-    _out = {{"wall": time.monotonic() - _t0, "cpu": time.process_time() - _c0, "episodes": _result.table.num_rows}}
+    _out = {{"wall": time.monotonic() - _t0, "cpu": time.process_time() - _c0, "episodes": len(_result.episodes)}}
 """
 
 REPORT = "print(json.dumps(_out)); print(json.dumps({'errors': int(_result.episodes['error'].notna().sum())}))"
