@@ -38,7 +38,7 @@ def _check_explore(run: LabRun) -> None:
     assert "closed" in states, states
     steps = run.page.locator(".ol-session-step").count()
     assert steps >= 1, run.report()
-    run.screenshot("01-explore-session", ".ors-lab .ol-session")
+    run.screenshot(f"{run.name}-session", ".ors-lab .ol-session")
 
 
 def _run_sample(run: LabRun) -> tuple[int, str]:
@@ -62,7 +62,7 @@ def _check_evaluate(run: LabRun) -> None:
         timeout=120_000,
     )
     first_done, first_panes = _run_sample(run)
-    run.screenshot("02-evaluate-mid-run", ".ors-lab .ol-run")
+    run.screenshot(f"{run.name}-mid-run", ".ors-lab .ol-run")
     run.page.wait_for_function(
         f"""() => {{ const d = document.querySelector('.ol-run-progress');
                     const p = document.querySelector('.ol-run-panes');
@@ -87,7 +87,7 @@ def _check_evaluate(run: LabRun) -> None:
     run.page.wait_for_selector(".ol-run-transcript:visible", timeout=5_000)
     transcript = run.page.locator(".ol-run-transcript").first.text_content() or ""
     assert "task 0" in transcript and "guess" in transcript, transcript
-    run.screenshot("02-evaluate-transcript", ".ors-lab .ol-run")
+    run.screenshot(f"{run.name}-transcript", ".ors-lab .ol-run")
 
 
 def _check_traces(run: LabRun) -> None:
@@ -100,7 +100,7 @@ def _check_traces(run: LabRun) -> None:
     timeline = run.page.locator(".ol-tr-timeline").first.text_content() or ""
     assert "POST /create" in timeline and "session opened" in timeline and "reward" in timeline, timeline[:2000]
     run.page.locator(".ol-tr-panel").first.scroll_into_view_if_needed()
-    run.screenshot("03-traces-timeline", ".ors-lab .ol-tr-panel")
+    run.screenshot(f"{run.name}-timeline", ".ors-lab .ol-tr-panel")
 
 
 CHECKS: dict[str, Callable[[LabRun], None]] = {
@@ -134,6 +134,16 @@ def test_run_all_in_jupyterlab(notebook: Path, jupyter_lab: JupyterLab) -> None:
         check = CHECKS.get(notebook.stem)
         if check is not None:
             check(run)
+        run.finish()
+    print(run.report())
+    assert not run.problems, run.report()
+
+
+@pytest.mark.parametrize("notebook", [nb for nb in NOTEBOOKS if nb.stem in CHECKS], ids=_stem)
+def test_run_all_in_notebook7(notebook: Path, jupyter_lab: JupyterLab) -> None:
+    """The notebooks with live views, Run All in Notebook 7: the same checks as in JupyterLab."""
+    with jupyter_lab.run_all(notebook, name=f"{notebook.stem}-notebook7", app="notebook") as run:
+        CHECKS[notebook.stem](run)
         run.finish()
     print(run.report())
     assert not run.problems, run.report()

@@ -87,8 +87,9 @@ def episode(
         ToolInputDeltaEvent(tool_call_id="call-4", input_text_delta=' "4"}'),
         ToolInputEndEvent(tool_call_id="call-4"),
         ToolInputAvailableEvent(tool_call_id="call-4", tool_name="submit", input={"answer": "4"}),
-        ToolOutputAvailableEvent(tool_call_id="call-4", tool="submit", call=1,
-                                 output={"text": "Correct!", "blocks": [], "metadata": None}),
+        ToolOutputAvailableEvent(
+            tool_call_id="call-4", tool="submit", call=1, output={"text": "Correct!", "blocks": [], "metadata": None}
+        ),
         RewardEvent(tool_call_id="call-4", tool="submit", call=1, reward=reward, finished=True),
     ]
     if tokens is not None:
@@ -102,12 +103,24 @@ def episode(
     if tokens is not None:
         events.append(UsageEvent(scope="episode", input_tokens=tokens[0], output_tokens=tokens[1]))
     events.append(
-        EpisodeEvent(environment="lab", split="test", task_index=task, reward=0.0 if error else reward,
-                     total_reward=reward, final_reward=reward, finished=error is None,
-                     success=error is None and reward >= 1.0, finish_reason="error" if error else "stop", steps=1,
-                     started=time.time(), duration_s=0.01, error=error, error_type="RuntimeError" if error else None,
-                     input_tokens=None if tokens is None else tokens[0],
-                     output_tokens=None if tokens is None else tokens[1])
+        EpisodeEvent(
+            environment="lab",
+            split="test",
+            task_index=task,
+            reward=0.0 if error else reward,
+            total_reward=reward,
+            final_reward=reward,
+            finished=error is None,
+            success=error is None and reward >= 1.0,
+            finish_reason="error" if error else "stop",
+            steps=1,
+            started=time.time(),
+            duration_s=0.01,
+            error=error,
+            error_type="RuntimeError" if error else None,
+            input_tokens=None if tokens is None else tokens[0],
+            output_tokens=None if tokens is None else tokens[1],
+        )
     )
     return _stamped(events, sid, rollout)
 
@@ -346,7 +359,8 @@ def test_final_figures_equal_the_eval_result(lab: ol.Environment) -> None:
     inbox = {t["key"]: t for t in state.inbox()}
     assert len(inbox) == 9
     assert inbox["0/0"]["parts"][-1][1:] == ["finish", "", "stop"] and inbox["0/0"]["reward"] == expected_reward(
-        "train", 0, 0)
+        "train", 0, 0
+    )
     assert "the agent fell over" in inbox["1/0"]["error"]
 
 

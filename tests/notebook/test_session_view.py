@@ -161,7 +161,7 @@ class _Terminal(io.StringIO):
 
 
 def test_auto_outside_a_kernel_draws_the_line_on_a_terminal_only(ors_sdk_server: ServerProcess) -> None:
-    """"auto" gives a session its line on a terminal, and a log (stderr not a TTY) no line per session."""
+    """ "auto" gives a session its line on a terminal, and a log (stderr not a TTY) no line per session."""
     ol.live_views("auto")
     for stream, drawn in ((io.StringIO(), False), (_Terminal(), True)):
         with contextlib.redirect_stderr(stream), ol.Client(ors_sdk_server.url) as client:
