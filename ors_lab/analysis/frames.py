@@ -483,16 +483,27 @@ def episodes_frame(
         bare["duration_s"] = opened["duration_s"].reindex(bare.index)
         parts.append(bare)
     if recorded.any():  # an evaluation's episodes: what its episode row recorded
-        mine = frame[recorded].copy()
-        outcome = outcomes.reindex(mine.index)
-        for name in ("environment", "split", "task_index"):
-            mine[name] = outcome[name].where(outcome[name].notna(), mine[name])
-        mine["started"] = pd.to_datetime(outcome["started"].astype("float64") * 1e6, unit="us", utc=True)
-        for name in ("rollout", "reward", "total_reward", "final_reward", "finished", "success", "finish_reason",
-                     "duration_s", "error", "error_type", *TOKENS):  # fmt: skip
-            mine[name] = outcome[name]
-        parts.append(mine)
-    typed = pd.concat([_typed(part.reset_index(), {**EPISODES_COLUMNS, "order": _I64}) for part in parts])
+        parts.append(_recorded_outcomes(frame[recorded], outcomes, (
+            "rollout", "reward", "total_reward", "final_reward", "finished", "success", "finish_reason", "duration_s",
+            "error", "error_type", *TOKENS)))  # fmt: skip
+    return _in_order([_typed(part.reset_index(), {**EPISODES_COLUMNS, "order": _I64}) for part in parts])
+
+
+def _recorded_outcomes(frame: pd.DataFrame, outcomes: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
+    """An evaluation's episodes as their ``episode`` rows recorded them: ``names`` and the start taken from there."""
+    mine = frame.copy()
+    outcome = outcomes.reindex(mine.index)
+    for name in ("environment", "split", "task_index"):
+        mine[name] = outcome[name].where(outcome[name].notna(), mine[name])
+    mine["started"] = pd.to_datetime(outcome["started"].astype("float64") * 1e6, unit="us", utc=True)
+    for name in names:
+        mine[name] = outcome[name]
+    return mine
+
+
+def _in_order(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The parts as one frame in the episodes' order (environment, split, task, rollout, then as recorded)."""
+    typed = pd.concat(parts)
     typed = typed.sort_values(["environment", "split", "task_index", "rollout", "order"], kind="stable",
                               na_position="last")  # fmt: skip
     return typed.drop(columns="order").reset_index(drop=True)
@@ -706,18 +717,9 @@ def listing_frame(table: pa.Table) -> pd.DataFrame:
     frame["session_id"] = pd.Series(ids_array, index=index, dtype=pd.ArrowDtype(_STR))
     parts = [frame[~recorded]]
     if recorded.any():  # an evaluation's episodes: what its episode row recorded
-        mine = frame[recorded].copy()
-        outcome = outcomes.reindex(mine.index)
-        for name in ("environment", "split", "task_index"):
-            mine[name] = outcome[name].where(outcome[name].notna(), mine[name])
-        mine["started"] = pd.to_datetime(outcome["started"].astype("float64") * 1e6, unit="us", utc=True)
-        for name in ("rollout", "reward", "finished", "duration_s", "error"):
-            mine[name] = outcome[name]
-        parts.append(mine)
-    typed = pd.concat([_typed(part.reset_index(drop=True), {**LISTING_COLUMNS, "order": _I64}) for part in parts])
-    typed = typed.sort_values(["environment", "split", "task_index", "rollout", "order"], kind="stable",
-                              na_position="last")  # fmt: skip
-    return typed.drop(columns="order").reset_index(drop=True)
+        listed = ("rollout", "reward", "finished", "duration_s", "error")
+        parts.append(_recorded_outcomes(frame[recorded], outcomes, listed))
+    return _in_order([_typed(part.reset_index(drop=True), {**LISTING_COLUMNS, "order": _I64}) for part in parts])
 
 
 def finished_episodes(table: pa.Table) -> dict[tuple[str, str, int, int], str]:

@@ -65,7 +65,8 @@ RUNS = {
     ("asyncio", "slow"): ("slow_agent", 4, 0.5),
 }
 """(where, agent) -> (its name in AGENTS, rollouts of the 3 train tasks, seconds the moments spread over): a
-run takes about 0.4 s here, so most moments fall inside one, from its first request to its trace's compaction."""
+run takes about 0.4 s here, so most moments fall inside one, from its first request to its trace's compaction.
+The asyncio runs time one whole run first and spread their moments over its length instead."""
 
 
 @dataclass
@@ -239,12 +240,16 @@ async def test_cancelling_aevaluate_leaves_no_session_open(
     server, live = counting_server
     namespace: dict[str, Any] = {}
     exec(AGENTS, namespace)  # the same agents as the kernel runs
-    name, rollouts, span = RUNS["asyncio", agent]
+    name, rollouts, _ = RUNS["asyncio", agent]
     policy = namespace[name]
     rng = random.Random(f"{SEED}-asyncio-{agent}")
     tally = Tally()
     async with ol.AsyncClient(server.url) as client:
         lab = client.environment("lab")
+        started = time.monotonic()  # one whole run first: the moments spread over its length on this machine now
+        whole = tmp_path / "whole.parquet"
+        await aevaluate(lab, policy, split="train", rollouts=rollouts, record=whole, progress=False)
+        span = time.monotonic() - started
         for moment in range(MOMENTS):
             delay = rng.uniform(0.0, span)
             again = rng.random() < SECOND_INTERRUPT

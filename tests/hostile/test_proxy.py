@@ -258,6 +258,13 @@ async def test_a_drop_after_task_id_is_passed_on_as_a_drop(upstream: Upstream, c
     assert events[events["kind"] == "disconnect"]["error"].str.contains("RemoteProtocolError").any()
 
 
+def socket_buffers() -> int:
+    """The most a loopback connection's two sockets may hold between a writer and a reader: the largest
+    receive buffer and the largest send buffer the kernel grows them to (Linux auto-tuning)."""
+    largest = [int(Path(f"/proc/sys/net/ipv4/tcp_{kind}").read_text().split()[2]) for kind in ("rmem", "wmem")]
+    return sum(largest)
+
+
 @pytest.mark.parametrize("upstream", [endless_chunks, endless_line], indirect=True, ids=["chunks", "line"])
 async def test_an_endless_call_stream_is_ended_at_the_bound(upstream: Upstream, tmp_path: Path) -> None:
     """Past max_result_bytes the proxy ends the client's stream with an error and stops reading upstream."""
@@ -278,7 +285,7 @@ async def test_an_endless_call_stream_is_ended_at_the_bound(upstream: Upstream, 
             await asyncio.sleep(0.02)
     assert "max_result_bytes" in str(caught.value)
     assert upstream.hung_up
-    assert upstream.sent < 8 * limit  # the bound plus what the sockets buffer: not the upstream's 64 MiB
+    assert upstream.sent < 2 * limit + socket_buffers()  # the bound plus what the sockets may hold: not all 64 MiB
     assert elapsed < 10
     assert upstream.runs == 1
     assert [r.getMessage() for r in errors] == []

@@ -140,9 +140,9 @@ def test_run_all_in_jupyterlab(notebook: Path, jupyter_lab: JupyterLab) -> None:
 
 
 @pytest.mark.parametrize("notebook", [nb for nb in NOTEBOOKS if nb.stem in CHECKS], ids=_stem)
-def test_run_all_in_notebook7(notebook: Path, jupyter_lab: JupyterLab) -> None:
+def test_run_all_in_notebook7(notebook: Path, notebook7: JupyterLab) -> None:
     """The notebooks with live views, Run All in Notebook 7: the same checks as in JupyterLab."""
-    with jupyter_lab.run_all(notebook, name=f"{notebook.stem}-notebook7", app="notebook") as run:
+    with notebook7.run_all(notebook, name=f"{notebook.stem}-notebook7", app="notebook") as run:
         CHECKS[notebook.stem](run)
         run.finish()
     print(run.report())
