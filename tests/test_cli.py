@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,8 @@ def test_demo_evaluates_the_demo_agent_with_recording(tmp_path: Path) -> None:
     for name in ("arithmetic", "guessing"):
         assert f"EvalResult({name}/test: 20 episodes over 10 tasks x 2 rollouts; mean reward 1.000" in out
     assert f"trace: {trace}" in out and f"ors-lab replay {trace}" in out and f"ors-lab show {trace}" in out
+    shown = re.search(r"inspect:  (\S+) show ", out)
+    assert shown and shutil.which(shown.group(1)), out  # the command as printed runs from here, venv activated or not
     loaded = load_trace(trace)
     assert len(loaded.episodes) == 40 and (loaded.episodes["total_reward"] == 1.0).all()
     agent = loaded.events[loaded.events["layer"] == "agent"]

@@ -45,6 +45,18 @@ def test_the_wheel_is_pure_python(wheel: Path) -> None:
     assert f"Version: {ors_lab.__version__}\n" in metadata
 
 
+def test_the_wheel_carries_the_license_and_the_views_front_end(wheel: Path) -> None:
+    """The MIT license file the metadata names, and the live views' JavaScript and style sheet (no CDN at run time)."""
+    names = zipfile.ZipFile(wheel).namelist()
+    info = f"ors_lab-{ors_lab.__version__}.dist-info"
+    metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
+    assert "License-Expression: MIT\n" in metadata and "License-File: LICENSE\n" in metadata
+    assert f"{info}/licenses/LICENSE" in names
+    assert zipfile.ZipFile(wheel).read(f"{info}/licenses/LICENSE") == (REPO_ROOT / "LICENSE").read_bytes()
+    static = {f"ors_lab/notebook/static/{name}.js" for name in ("common", "session", "run", "trace", "main")}
+    assert static | {"ors_lab/html/style.css"} <= set(names)
+
+
 def test_it_installs_and_records_without_a_compiler(wheel: Path, tmp_path: Path) -> None:
     """pip installs the wheel with CC=/bin/false, and the installed ors_lab records a trace and reads it back."""
     target = tmp_path / "site"

@@ -8,6 +8,9 @@ each summary, and says where the trace is and how to inspect and replay it.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,11 +53,25 @@ def run_demo(
                                   concurrency=concurrency, record=recorder)  # fmt: skip
                 say(f"\n{result!r}\n{result.table_text()}")
                 results.append(result)
+    command = runnable_command()
     say(
         f"\ntrace: {path}\n"
-        f"  inspect:  ors-lab show {path}\n"
-        f"  check:    ors-lab check {path}\n"
-        f"  replay:   ors-lab replay {path} --port 8080   (an ORS server on 127.0.0.1 that answers as recorded)\n"
+        f"  inspect:  {command} show {path}\n"
+        f"  check:    {command} check {path}\n"
+        f"  replay:   {command} replay {path} --port 8080   (an ORS server on 127.0.0.1 that answers as recorded)\n"
         f"  python:   ol.load_trace({str(path)!r}).episodes"
     )
     return results
+
+
+def runnable_command() -> str:
+    """``ors-lab`` as the caller's shell can run it: the bare name when it is on PATH, else the path of this
+    environment's script (``.venv/bin/ors-lab`` after ``make demo``, whose venv is not activated)."""
+    script = Path(sys.executable).parent / "ors-lab"
+    found = shutil.which("ors-lab")
+    if not script.exists() or (found is not None and Path(found).resolve() == script.resolve()):
+        return "ors-lab"
+    try:
+        return os.path.relpath(script)
+    except ValueError:  # another drive (Windows)
+        return str(script)
