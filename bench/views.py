@@ -28,11 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +42,7 @@ elif str(REPO_ROOT) not in sys.path:
 
 from bench.evaluate import CONCURRENCY, ENV_NAME, _rollouts, record_source, start_replay  # noqa: E402
 from bench.quiz_data import SPLIT  # noqa: E402
+from tests.notebook.kernel import Cell, Kernel  # noqa: E402  (the real-kernel harness of the tests)
 
 MODES = ("widgets", "off")
 TARGET_RATIO = 0.95  # episodes/s with the dashboard, at least this share of the run with no view
@@ -67,58 +66,9 @@ with ol.Client({url!r}) as _client:
 REPORT = "print(json.dumps(_out)); print(json.dumps({'errors': int(_result.episodes['error'].notna().sum())}))"
 
 
-class Kernel:
-    """A real kernel of this venv, its Jupyter state in ``scratch``."""
-
-    def __init__(self, scratch: Path) -> None:
-        from jupyter_client.manager import KernelManager
-
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), IPYTHONDIR=str(scratch / "ipython"),
-                   JUPYTER_CONFIG_DIR=str(scratch / "cfg"), JUPYTER_DATA_DIR=str(scratch / "data"),
-                   JUPYTER_RUNTIME_DIR=str(scratch / "rt"))  # fmt: skip
-        env.pop("ORS_LAB_VIEWS", None)
-        for name in ("ipython", "cfg", "data", "rt"):
-            (scratch / name).mkdir(parents=True, exist_ok=True)
-        self.manager = KernelManager(kernel_name="python3")
-        self.manager.start_kernel(env=env, cwd=str(REPO_ROOT))
-        self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=120)
-
-    def run(self, code: str, timeout: float = 1800) -> tuple[str, list[tuple[float, dict[str, Any]]]]:
-        """Execute ``code``; returns its stdout and its iopub messages with their arrival times."""
-        msg_id = self.client.execute(code, allow_stdin=False)
-        stdout: list[str] = []
-        messages: list[tuple[float, dict[str, Any]]] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                msg = self.client.get_iopub_msg(timeout=max(deadline - time.monotonic(), 0.1))
-            except queue.Empty:
-                raise SystemExit(f"the kernel did not finish within {timeout} s:\n{code}") from None
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind = msg["msg_type"]
-            messages.append((time.monotonic(), msg))
-            if kind == "error":
-                raise SystemExit("the kernel raised:\n" + "\n".join(msg["content"]["traceback"])[-3000:])
-            if kind == "stream" and msg["content"]["name"] == "stdout":
-                stdout.append(msg["content"]["text"])
-            if kind == "status" and msg["content"]["execution_state"] == "idle":
-                return "".join(stdout), messages
-
-    def close(self) -> None:
-        self.client.stop_channels()
-        self.manager.shutdown_kernel(now=True)
-
-
-def view_messages(messages: list[tuple[float, dict[str, Any]]]) -> dict[str, int]:
+def view_messages(cell: Cell) -> dict[str, int]:
     """The cell's messages a browser would get for its views, by kind."""
-    counts = {"comm_msg": 0, "display_data": 0, "update_display_data": 0, "comm_open": 0}
-    for _, msg in messages:
-        if msg["msg_type"] in counts:
-            counts[msg["msg_type"]] += 1
-    return counts
+    return {kind: len(cell.of(kind)) for kind in ("comm_msg", "display_data", "update_display_data", "comm_open")}
 
 
 def measure(kernel: Kernel, source: Path, mode: str, episodes: int) -> dict[str, Any]:
@@ -127,16 +77,18 @@ def measure(kernel: Kernel, source: Path, mode: str, episodes: int) -> dict[str,
     try:
         code = RUN.format(mode=mode, url=url, env=ENV_NAME, split=SPLIT, rollouts=_rollouts(episodes),
                           concurrency=CONCURRENCY)  # fmt: skip
-        _, messages = kernel.run(code)
-        stdout, _ = kernel.run(REPORT)
+        cell = kernel.run(code, timeout=1800)
+        report = kernel.run(REPORT)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    lines = [json.loads(line) for line in stdout.strip().splitlines()]
+    if cell.problems() or report.problems():
+        raise SystemExit(f"the kernel failed in mode {mode}: {cell.problems() + report.problems()}")
+    lines = [json.loads(line) for line in report.stdout().strip().splitlines()]
     out = lines[0] | lines[1]
     if out["errors"]:
         raise SystemExit(f"{out['errors']} episodes failed in mode {mode}")
-    counts = view_messages(messages)
+    counts = view_messages(cell)
     sent = sum(counts.values())
     if mode == "widgets" and not (counts["display_data"] and counts["comm_msg"]):
         raise SystemExit(f"the dashboard was not drawn (messages {counts}): nothing to measure")
@@ -160,8 +112,14 @@ def main(argv: list[str] | None = None) -> int:
         source = Path(tmp) / "source.parquet"
         seconds = record_source(source, args.episodes)
         print(f"source trace: {_rollouts(args.episodes) * 6} live episodes recorded in {seconds:.1f} s", flush=True)
-        kernel = Kernel(Path(tmp) / "jupyter")
-        try:
+        scratch = Path(tmp) / "jupyter"  # the kernel's Jupyter and IPython state, out of $HOME
+        for name, folder in (("IPYTHONDIR", "ipython"), ("JUPYTER_CONFIG_DIR", "cfg"), ("JUPYTER_DATA_DIR", "data"),
+                             ("JUPYTER_RUNTIME_DIR", "rt")):  # fmt: skip
+            (scratch / folder).mkdir(parents=True, exist_ok=True)
+            os.environ[name] = str(scratch / folder)
+        os.environ["PYTHONPATH"] = str(REPO_ROOT)
+        os.environ.pop("ORS_LAB_VIEWS", None)
+        with Kernel(cwd=REPO_ROOT) as kernel:
             kernel.run(SETUP)
             measure(kernel, source, "off", min(args.episodes, 300))  # warm-up: imports, first views
             measure(kernel, source, "widgets", min(args.episodes, 300))
@@ -171,8 +129,6 @@ def main(argv: list[str] | None = None) -> int:
                     runs[mode].append(run)
                     print(f"round {round_ + 1} {mode:<8} {run['eps']:7.1f} episodes/s  {run['cpu_ms']:.3f} kernel CPU "
                           f"ms/episode  {run['rate']:5.1f} view messages/s {run['messages']}", flush=True)  # fmt: skip
-        finally:
-            kernel.close()
     pooled = {mode: sum(r["episodes"] for r in runs[mode]) / sum(r["wall"] for r in runs[mode]) for mode in MODES}
     ratio = pooled["widgets"] / pooled["off"]
     per_round = [w["eps"] / o["eps"] for w, o in zip(runs["widgets"], runs["off"], strict=True)]
