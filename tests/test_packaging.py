@@ -89,3 +89,16 @@ def test_the_version_is_written_once() -> None:
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     assert "version" in project["dynamic"] and "version" not in project
     assert "__version__ =" not in (REPO_ROOT / "ors_lab" / "__init__.py").read_text()
+
+
+@pytest.mark.parametrize("hook", ["build_wheel", "build_editable"])
+def test_the_build_prints_no_warning(hook: str, tmp_path: Path) -> None:
+    """setuptools builds the wheel and the editable wheel (what `make demo` installs) without a warning or banner."""
+    code = f"import sys\nfrom setuptools import build_meta\nprint(build_meta.{hook}(sys.argv[1]))\n"
+    env = {**os.environ, **NO_COMPILER, "PYTHONWARNINGS": "default"}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    output = done.stdout + done.stderr  # distutils' log lines ("warning: byte-compiling is disabled") are not warnings
+    assert "Warning" not in output and "!!" not in output, output[-3000:]
+    assert (tmp_path / done.stdout.split()[-1]).is_file()
