@@ -4,7 +4,9 @@
   them with recording, print the summaries, and say where the trace is and how to replay it.
 - ``ors-lab eval URL --env NAME --split S (--agent MODULE:OBJECT | --openai-model M
   --openai-base-url U) --out TRACE``: evaluate an agent, record the trace, print the summary, and
-  write the episodes as Parquet next to the trace (``TRACE`` → ``TRACE.episodes.parquet``).
+  write the episodes as Parquet next to the trace (``TRACE`` → ``TRACE.episodes.parquet``). An
+  existing trace is continued (``--resume``, the default), refused (``--no-resume``) or replaced
+  (``--overwrite``). A run that fails before its first episode leaves no trace it created behind.
 - ``ors-lab demo-server [--port P]``: serve the demo environments until Ctrl-C.
 - ``ors-lab proxy UPSTREAM --port P --out TRACE``: a recording reverse proxy on 127.0.0.1 in front
   of an ORS server, so any client's traffic is recorded; Ctrl-C (or SIGTERM) writes the trace.
@@ -17,19 +19,23 @@
 - ``ors-lab check TRACE [--ping-interval S]``: check every ``/call`` stream of a trace against the
   ORS protocol; prints one line per violation and a summary, exits 1 when there is any.
 
-An expected failure (an ``ORSError``, such as a missing or unreadable trace; a file or port
-error; a network error) ends any command with one line on stderr, ``ors-lab COMMAND: what
-happened``, and exit status 1; Ctrl-C with ``ors-lab COMMAND: interrupted`` and 130. A bad option
-is a usage error (status 2). Only a bug shows a traceback.
+An expected failure (an ``ORSError``, such as an unknown environment, a server that cannot be
+reached, a missing or unreadable trace; a file or port error; a network error; a value the run
+refuses) ends any command with one line on stderr, ``ors-lab COMMAND: what happened``, and exit
+status 1; Ctrl-C with ``ors-lab COMMAND: interrupted`` and 130. A bad option is a usage error
+(status 2). Only a bug shows a traceback; ``ors-lab --debug COMMAND ...`` (or ``ORS_LAB_DEBUG=1``)
+shows it for every failure, before the line.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -68,7 +74,8 @@ def _episodes_path(trace: Path) -> Path:
 
 def _eval(args: argparse.Namespace) -> int:
     from ors_lab.client import Client
-    from ors_lab.evaluation.run import evaluate
+    from ors_lab.evaluation.run import discard_unstarted, evaluate, trace_exists
+    from ors_lab.protocol.errors import TraceExistsError
     from ors_lab.recording.recorder import Recorder
 
     if args.agent is not None and args.openai_model is not None:
@@ -83,19 +90,34 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         print("ors-lab eval: give --agent MODULE:OBJECT or --openai-model MODEL", file=sys.stderr)
         return 2
+    if args.overwrite and args.resume:
+        print("ors-lab eval: give --resume or --overwrite, not both", file=sys.stderr)
+        return 2
+    resume = not args.overwrite and args.resume is not False
     out = Path(args.out)
+    made = [d for d in (out.parent, *out.parent.parents) if not d.exists()]  # removed again if the run fails
     out.parent.mkdir(parents=True, exist_ok=True)
-    record: Path | Recorder = out
-    if args.redact or args.redact_pattern:  # evaluate opens the trace itself unless given a recorder
-        from ors_lab.recording.parts import parts_dir
-
-        exists = out.is_file() or parts_dir(out).is_dir()
-        record = Recorder(out, append=exists and not args.no_resume, **_redaction(args))
-    with Client(args.url) as client, record if isinstance(record, Recorder) else contextlib.nullcontext():
-        result = evaluate(client.environment(args.env), agent, split=args.split,  # type: ignore[arg-type]
-                          tasks=args.tasks, rollouts=args.rollouts, concurrency=args.concurrency,
-                          max_steps=args.max_steps, timeout=args.timeout, record=record,
-                          resume=not args.no_resume)  # fmt: skip
+    created = not trace_exists(out)
+    try:
+        with Client(args.url) as client, contextlib.ExitStack() as stack:
+            record: Path | Recorder = out
+            if args.overwrite or args.redact or args.redact_pattern:  # else evaluate opens the trace itself
+                record = stack.enter_context(Recorder(out, append=not created and resume, overwrite=args.overwrite,
+                                                      **_redaction(args)))  # fmt: skip
+            result = evaluate(client.environment(args.env), agent, split=args.split,  # type: ignore[arg-type]
+                              tasks=args.tasks, rollouts=args.rollouts, concurrency=args.concurrency,
+                              max_steps=args.max_steps, timeout=args.timeout, record=record,
+                              resume=resume)  # fmt: skip
+    except TraceExistsError:
+        raise TraceExistsError(f"{out} already holds a trace; pass --resume to continue it or --overwrite to "
+                               "replace it", path=str(out)) from None  # fmt: skip
+    except Exception:
+        if created:  # a run that recorded nothing leaves nothing it made (evaluate removes a trace it opened)
+            discard_unstarted(out)
+            for directory in made if not trace_exists(out) else ():
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+        raise
     episodes = _episodes_path(out)
     result.episodes.to_parquet(episodes, index=False)
     print(f"{result!r}\n{result.table_text()}\ntrace: {out}\nepisodes: {episodes}")
@@ -140,6 +162,20 @@ def _seconds(text: str) -> float:
         value = float("nan")
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds (0 or more), not {text!r}")
+    return value
+
+
+def _speed(text: str) -> float:
+    """An argparse type: a replay speed, a multiplier of 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"expected a speed, a multiplier of 0 or more (1 keeps the recorded timing, 2 is twice as fast, "
+            f"0 does not wait), not {text!r}"
+        )
     return value
 
 
@@ -221,6 +257,8 @@ def _add_redaction(parser: argparse.ArgumentParser) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ors-lab", description="Open Reward Standard environments, workable.")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of a failure too, before its line (also ORS_LAB_DEBUG=1)")  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser("demo", help="evaluate the demo agent on the bundled demo environments, recorded")
     demo.add_argument("--port", type=int, default=0, help="port for the demo server (default: a free one)")
@@ -244,8 +282,11 @@ def _parser() -> argparse.ArgumentParser:
     evaluation.add_argument(
         "--timeout", type=_positive_seconds, metavar="S", help="seconds per episode (default: no limit)"
     )
-    evaluation.add_argument("--out", required=True, help="the trace (an existing one is resumed)")
-    evaluation.add_argument("--no-resume", action="store_true", help="refuse to continue an existing trace")
+    evaluation.add_argument("--out", required=True, help="the trace (an existing one is continued: --resume)")
+    evaluation.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
+                            help="continue an existing trace, running only the episodes it lacks (the default); "
+                            "--no-resume refuses an existing trace")  # fmt: skip
+    evaluation.add_argument("--overwrite", action="store_true", help="replace an existing trace")
     _add_redaction(evaluation)
     evaluation.set_defaults(run=_eval)
     server = commands.add_parser("demo-server", help="serve the bundled demo environments until Ctrl-C")
@@ -282,7 +323,7 @@ def _parser() -> argparse.ArgumentParser:
     replay = commands.add_parser("replay", help="serve a recorded trace as an ORS server on 127.0.0.1")
     replay.add_argument("trace", help="the trace file")
     replay.add_argument("--port", type=int, default=0, help="port to listen on, on 127.0.0.1 (default: a free one)")
-    replay.add_argument("--speed", type=_seconds, default=1.0, metavar="S",
+    replay.add_argument("--speed", type=_speed, default=1.0, metavar="X",
                         help="1 keeps the recorded timing, N is N times faster, 0 does not wait")  # fmt: skip
     replay.add_argument("--fault", action="append", default=[], type=_fault, metavar="FAULT",
                         help="inject a fault: cut:K, stall:S, status:CODE, malformed, no-pings; add ,tool=NAME "
@@ -293,18 +334,26 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ors-lab`` console script: expected failures end in one line, not a traceback."""
+    """Entry point of the ``ors-lab`` console script: expected failures end in one line, not a traceback
+    (``--debug`` or ``ORS_LAB_DEBUG=1``: the traceback first)."""
     args = _parser().parse_args(argv)
     import httpx2
 
-    from ors_lab.protocol.errors import ORSError
+    from ors_lab.protocol.errors import ORSError, TraceExistsError
 
+    debug = args.debug or os.environ.get("ORS_LAB_DEBUG", "") not in ("", "0")
     try:
         return int(args.run(args))
-    except (ORSError, OSError, httpx2.HTTPError, argparse.ArgumentTypeError) as exc:
+    except (ORSError, OSError, httpx2.HTTPError, argparse.ArgumentTypeError, ValueError) as exc:
+        if debug:
+            traceback.print_exc()
+        if isinstance(exc, TraceExistsError) and args.command != "eval":  # the Recorder's words name its keywords
+            exc = TraceExistsError(f"{exc.path} already holds a trace; choose another --out", path=exc.path)
         print(f"ors-lab {args.command}: {_one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
         print(f"ors-lab {args.command}: interrupted", file=sys.stderr)
         return 130
 
@@ -316,7 +365,7 @@ def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     if isinstance(exc, OSError) and exc.strerror:  # "[Errno 2] No such file..." without the number
         text = exc.strerror if exc.filename is None else f"{exc.strerror}: {exc.filename}"
-    elif not isinstance(exc, ORSError | OSError | argparse.ArgumentTypeError):
+    elif not isinstance(exc, ORSError | OSError | argparse.ArgumentTypeError | ValueError):
         text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return text or type(exc).__name__
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ors_lab.protocol.errors import TraceFormatError
+from ors_lab.protocol.errors import TraceFormatError, TraceNotFoundError
 from ors_lab.recording.parts import check_metadata, part_files, parts_dir, read_checked
 from ors_lab.recording.schema import (
     METADATA_CREATED,
@@ -204,9 +204,12 @@ def load_trace(path: str | os.PathLike[str], *, skip_bad_parts: bool = False) ->
     part (or row group of a compacted trace) is refused unless ``skip_bad_parts=True``: then the
     rest is read, and ``trace.skipped`` names what was left out.
     """
+    __tracebackhide__ = True
     path = Path(path)
     if not path.name:
-        raise TraceFormatError(f"no trace at {str(path)!r}: a trace is a file, named like run.parquet")
+        raise TraceNotFoundError(
+            f"no trace at {str(path)!r}: a trace is a file, named like run.parquet", path=str(path)
+        )
     parts = parts_dir(path)
     skipped: dict[str, str] = {}
     if path.is_file():
@@ -230,7 +233,7 @@ def load_trace(path: str | os.PathLike[str], *, skip_bad_parts: bool = False) ->
         )
         partial = True
     else:
-        raise TraceFormatError(f"no trace at {path} (and no parts of one in {parts})")
+        raise TraceNotFoundError(f"no trace at {path}", path=str(path))
     if skipped:
         log.warning("ors_lab: %s loaded without %s", path, "; ".join(f"{k} ({v})" for k, v in skipped.items()))
     return Trace(table, path=path, partial=partial, skipped=skipped)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -38,6 +39,7 @@ from ors_lab.client.policy import BEFORE_SENDING, RETRY_STATUSES, RetryPolicy, i
 from ors_lab.client.shielding import outlast_cancel
 from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream
 from ors_lab.client.transport import AiohttpTransport
+from ors_lab.client.url import server_url
 from ors_lab.events import (
     CallErrorEvent,
     CloseEvent,
@@ -63,6 +65,9 @@ from ors_lab.protocol.errors import (
     ServerError,
     SessionClosedError,
     SessionNotFoundError,
+    TaskIndexError,
+    UnknownEnvironmentError,
+    UnknownSplitError,
 )
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec, blocks_from_wire
 from ors_lab.protocol.sse import MAX_LINE_BYTES
@@ -167,6 +172,32 @@ class _CallProgress:
         return self.task_id
 
 
+def _unreachable(exc: BaseException) -> str:
+    """Why no connection could be made, in a few words (``connection refused``), from the error's chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TimeoutError | httpx2.TimeoutException):
+            return "timed out connecting"
+        if isinstance(seen, OSError) and (seen.errno or seen.strerror):
+            text = os.strerror(seen.errno) if seen.errno and seen.errno > 0 else str(seen.strerror)
+            return text[:1].lower() + text[1:]
+        seen = seen.__cause__ or seen.__context__
+    return describe_error(exc)
+
+
+def _bare(exc: BaseException) -> BaseException:
+    """The HTTP library's error, made the ``__cause__`` of ours without its own frames and chain: its message
+    says what failed, and a traceback shows ours, not pages of the HTTP and asyncio libraries' internals."""
+    exc.__cause__ = exc.__context__ = None
+    return exc.with_traceback(None)
+
+
+def _listing(names: list[str], limit: int = 20) -> str:
+    """``a, b, c`` (the first ``limit``, then how many more)."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown}, ... ({len(names)} in all)"
+
+
 def _detail(response: httpx2.Response) -> Any:
     try:
         body = response.json()
@@ -216,7 +247,7 @@ class AsyncClient:
         call_timeout: float | None = None,
         request_timeout: float | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = server_url(base_url)
         default_headers = {"User-Agent": USER_AGENT}
         api_key = api_key if api_key is not None else os.environ.get("ORS_API_KEY")
         if api_key:
@@ -261,10 +292,12 @@ class AsyncClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        __tracebackhide__ = True
         await self.aclose()
 
     async def aclose(self) -> None:
         """Close every session still open, then the connections."""
+        __tracebackhide__ = True
         for session in list(self._sessions):
             await session.close()
         await self._http.aclose()
@@ -273,11 +306,13 @@ class AsyncClient:
 
     async def health(self) -> bool:
         """True when ``GET /health`` answers ``{"status": "ok"}``."""
+        __tracebackhide__ = True
         body = await self._json(self.events, "GET", "/health", expect='{"status": "ok"}')
         return isinstance(body, dict) and body.get("status") == "ok"
 
     async def environments(self) -> list[str]:
         """The environment names the server hosts; the first is its default."""
+        __tracebackhide__ = True
         names: list[str] = await self._json(
             self.events, "GET", "/list_environments", parse=_environment_names, expect='["name", ...]'
         )
@@ -332,6 +367,7 @@ class AsyncClient:
         A 2xx body that is not JSON, or that ``parse`` cannot take, is a ``MalformedResponseError``
         saying it ``expect``-ed something else.
         """
+        __tracebackhide__ = True
         attempt, starting_since = 0, None
         while True:
             attempt += 1
@@ -391,6 +427,7 @@ class AsyncClient:
         failure before sending are spent), ``DeadlineExceededError`` past ``request_timeout`` and
         ``MalformedResponseError`` for a body that cannot be decoded.
         """
+        __tracebackhide__ = True
         tap = None
         if events.active:
             tap = ExchangeTap(events, session_id=session_id, call=call, attempt=attempt)
@@ -414,10 +451,11 @@ class AsyncClient:
         except BEFORE_SENDING as exc:
             if attempt >= self.retry.attempts:
                 raise ConnectionFailedError(
-                    f"could not connect after {attempt} tries ({describe_error(exc)}); the request was never sent",
+                    f"cannot reach the ORS server at {self.base_url}: {_unreachable(exc)} "
+                    f"({attempt} {'try' if attempt == 1 else 'tries'}; the request was never sent)",
                     before_sending=True,
                     **context,
-                ) from exc
+                ) from _bare(exc)
             if progress is not None:
                 progress.maybe_ran = False
             wait = self.retry.backoff_for(attempt)
@@ -441,7 +479,7 @@ class AsyncClient:
         except httpx2.RequestError as exc:
             raise ConnectionFailedError(
                 f"the connection failed during the request ({describe_error(exc)})", before_sending=False, **context
-            ) from exc
+            ) from _bare(exc)
         if tap is not None:
             tap.response(response.status_code, response.headers, ttfb_ns, None if stream else response.content)
         return response, tap
@@ -509,6 +547,7 @@ class AsyncClient:
 
     async def _call(self, session: AsyncSession, name: str, tool_input: Mapping[str, Any]) -> ToolResult:
         """One ``/call`` within ``call_timeout``, published as a ``result`` or ``call_error`` event at its end."""
+        __tracebackhide__ = True
         call_number = session._next_call()
         events = session.events
         progress = _CallProgress()
@@ -542,6 +581,7 @@ class AsyncClient:
         progress: _CallProgress,
     ) -> ToolResult:
         """Send, assemble the stream, resume it with its task_id if it drops (the rules: ``policy.py``)."""
+        __tracebackhide__ = True
         sid, path, events = session.sid, f"/{session.environment}/call", session.events
         body: dict[str, Any] = {"name": name, "input": dict(tool_input)}
         attempt = resumes = 0
@@ -643,6 +683,7 @@ class AsyncClient:
         wait: float | None = None,
     ) -> int:
         """Count one more resume (``ResumeFailedError`` past ``resume_attempts``), and wait before it."""
+        __tracebackhide__ = True
         resumes += 1
         if resumes > self.retry.resume_attempts:
             raise ResumeFailedError(
@@ -661,6 +702,7 @@ class AsyncClient:
 
     async def _read_stream(self, response: httpx2.Response, reader: BodyReader) -> ToolResult | None:
         """Decode one SSE response through ``reader``; the result, or None if it ended early."""
+        __tracebackhide__ = True
         try:
             content_type = response.headers.get("content-type", "")
             if not content_type.startswith("text/event-stream"):
@@ -698,6 +740,7 @@ class AsyncClient:
 
     async def _server_flavor(self, events: EventStream) -> str:
         """``openreward`` when the server has ``/version`` (openreward's own route), else ``ors-sdk``."""
+        __tracebackhide__ = True
         attempt = 0
         while self._flavor is None:
             attempt += 1
@@ -722,13 +765,60 @@ class AsyncEnvironment:
         return f"AsyncEnvironment({self.name!r}, url={self.client.base_url!r})"
 
     async def _json(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
-        return await self.client._json(self.events, method, f"/{self.name}/{path}", body, **options)
+        __tracebackhide__ = True
+        try:
+            return await self.client._json(self.events, method, f"/{self.name}/{path}", body, **options)
+        except ServerError as exc:
+            explained = await self._explain(exc, body)
+            if explained is exc:
+                raise
+            raise explained from None
+
+    async def _explain(self, error: ServerError, body: Any) -> ServerError:
+        """The error a caller's mistake deserves, for the bare status a server answers it with: an environment
+        the server does not have (a 308 to its default environment, or a 404), a split the environment does not
+        have, a task index past the split's end (400 ``Invalid split`` / ``Invalid index``). The facts come from
+        the server (its environments, splits or task count); the error itself when they do not show a mistake.
+        """
+        if type(error) is not ServerError:  # already a precise one (a session not found, a replay mismatch, ...)
+            return error
+        asked = body if isinstance(body, dict) else {}
+        context: dict[str, Any] = {"status_code": error.status_code, "detail": error.detail,
+                                   "session_id": error.session_id, "request": error.request}  # fmt: skip
+        try:
+            if 300 <= error.status_code < 400 or error.status_code == 404:
+                names = await self.client.environments()
+                if self.name not in names:
+                    listed = f"its environments: {_listing(names)}" if names else "it has no environments"
+                    return UnknownEnvironmentError(
+                        f"unknown environment {self.name!r} at {self.client.base_url}; {listed}",
+                        environment=self.name, available=names, **context,
+                    )  # fmt: skip
+            split, index = asked.get("split"), asked.get("index")
+            if error.status_code == 400 and error.detail == "Invalid split" and isinstance(split, str):
+                splits = [s.name for s in await self.splits()]
+                if split not in splits:
+                    return UnknownSplitError(
+                        f"unknown split {split!r} of environment {self.name!r}; its splits: {_listing(splits)}",
+                        split=split, available=splits, **context,
+                    )  # fmt: skip
+            if error.status_code == 400 and error.detail == "Invalid index" and isinstance(index, int):
+                count = await self.num_tasks(str(split))
+                span = f" (0 to {count - 1}, or {-count} to -1 from the end)" if count else ""
+                return TaskIndexError(
+                    f"no task {index} in split {split!r} of {self.name!r}: it has {count} tasks{span}",
+                    split=str(split), index=index, num_tasks=count, **context,
+                )  # fmt: skip
+        except ORSError:  # the server could not say more: its own answer stands
+            return error
+        return error
 
     def _tasks(self, body: Any) -> list[Task]:
         return [Task.from_wire(spec, self.name) for spec in _array(_object_field(body, "tasks"), "tasks")]
 
     async def splits(self) -> list[Split]:
         """The environment's splits."""
+        __tracebackhide__ = True
         splits: list[Split] = await self._json(
             "GET", "splits", parse=lambda body: [Split.from_wire(s) for s in _array(body, "splits")],
             expect='[{"name": ..., "type": ...}, ...]',
@@ -737,18 +827,21 @@ class AsyncEnvironment:
 
     async def tasks(self, split: str) -> list[Task]:
         """Every task of a split."""
+        __tracebackhide__ = True
         tasks: list[Task] = await self._json("POST", "tasks", {"split": split}, parse=self._tasks,
                                              expect='{"tasks": [...]}')  # fmt: skip
         return tasks
 
     async def num_tasks(self, split: str) -> int:
         """How many tasks a split has."""
+        __tracebackhide__ = True
         count: int = await self._json("POST", "num_tasks", {"split": split}, parse=_task_count,
                                       expect='{"num_tasks": N}')  # fmt: skip
         return count
 
     async def task(self, split: str, index: int) -> Task:
         """One task by position (negative counts from the end)."""
+        __tracebackhide__ = True
         task: Task = await self._json(
             "POST", "task", {"split": split, "index": index},
             parse=lambda body: Task.from_wire(_object_field(body, "task"), self.name), expect='{"task": {...}}',
@@ -757,12 +850,14 @@ class AsyncEnvironment:
 
     async def task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[Task]:
         """Tasks ``start:stop`` of a split, with Python slice semantics."""
+        __tracebackhide__ = True
         tasks: list[Task] = await self._json("POST", "task_range", {"split": split, "start": start, "stop": stop},
                                              parse=self._tasks, expect='{"tasks": [...]}')  # fmt: skip
         return tasks
 
     async def tools(self) -> list[ToolSpec]:
         """The tools every task of this environment shares."""
+        __tracebackhide__ = True
         tools: list[ToolSpec] = await self._json("GET", "tools", parse=_tool_specs, expect='{"tools": [...]}')
         return tools
 
@@ -807,6 +902,8 @@ class AsyncSession:
         self.client = environment.client
         self.environment = environment.name
         self.events = environment.events
+        self._env = environment
+        self._tools: list[ToolSpec] | None = None  # the last tools() answer, to name them when a call's tool is not
         self.task = task if isinstance(task, Task) or task is None else Task(environment.name, dict(task))
         self.split = split
         self.index = index
@@ -849,12 +946,14 @@ class AsyncSession:
         return self._state == "closed" or self._dead is not None
 
     async def __aenter__(self) -> Self:
+        __tracebackhide__ = True
         await self.open()
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        __tracebackhide__ = True
         if exc is None:
             await self.close()
             return
@@ -864,10 +963,12 @@ class AsyncSession:
             exc.add_note(f"ors_lab: deleting session {self.sid} failed too: {close_error!r}")
 
     async def _json(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
+        __tracebackhide__ = True
         return await self.client._json(self.events, method, path, body, session_id=self.sid, **options)
 
     async def open(self) -> None:
         """Create the session on the server (one request) and start its keep-alive pings."""
+        __tracebackhide__ = True
         if self._state != "new":
             raise SessionClosedError(f"the session is already {self._state}", session_id=self.sid)
         body: dict[str, Any] = {"env_name": self.environment}
@@ -888,7 +989,7 @@ class AsyncSession:
             self.view = SessionView.start(self)
         self._state = "opening"
         self.client._sessions.add(self)
-        create = asyncio.ensure_future(self._json("POST", "/create", body, extra_headers=headers))
+        create = asyncio.ensure_future(self._create(body, headers))
         try:
             await outlast_cancel(create, grace=DELETE_TIMEOUT)
         except BaseException:  # cancelled, or failed: the server may hold the session all the same
@@ -898,6 +999,17 @@ class AsyncSession:
                 self._end_view()
             raise
         self._opened()
+
+    async def _create(self, body: dict[str, Any], headers: dict[str, str] | None) -> Any:
+        """``POST /create``; a refusal for an unknown environment, split or task index says so (``_explain``)."""
+        __tracebackhide__ = True
+        try:
+            return await self._json("POST", "/create", body, extra_headers=headers)
+        except ServerError as exc:
+            explained = await self._env._explain(exc, body)
+            if explained is exc:
+                raise
+            raise explained from None
 
     def _opened(self) -> None:
         self._state = "open"
@@ -938,12 +1050,14 @@ class AsyncSession:
 
     async def ping(self) -> None:
         """Tell the server the session is in use (the keep-alive task does this every 10 s)."""
+        __tracebackhide__ = True
         await self._json("POST", "/ping")
         self.pings += 1
         if self.events.active:
             self.events.publish(PingEvent(session_id=self.sid))
 
     def _check(self) -> None:
+        __tracebackhide__ = True
         if self._dead is not None:
             raise SessionClosedError(f"the session is dead: {self._dead.message}", session_id=self.sid)
         if self._state != "open":
@@ -955,6 +1069,7 @@ class AsyncSession:
 
     async def prompt(self) -> list[Block]:
         """The task's prompt, as blocks."""
+        __tracebackhide__ = True
         self._check()
         blocks: list[Block] = await self._json(
             "GET", f"/{self.environment}/prompt", parse=lambda body: list(blocks_from_wire(body)), expect="[block, ...]"
@@ -963,16 +1078,37 @@ class AsyncSession:
 
     async def tools(self) -> list[ToolSpec]:
         """The tools of this session: the shared ones, then the task's own."""
+        __tracebackhide__ = True
         self._check()
         tools: list[ToolSpec] = await self._json(
             "GET", f"/{self.environment}/task_tools", parse=_tool_specs, expect='{"tools": [...]}'
         )
+        self._tools = tools
         return tools
 
     async def call(self, name: str, input: Mapping[str, Any] | None = None) -> ToolResult:
-        """Run a tool; the ``ToolResult`` has ``ok=False`` (not an exception) for ORS logic failures."""
+        """Run a tool; the ``ToolResult`` has ``ok=False`` (not an exception) for ORS logic failures.
+
+        For a tool the session does not have, its ``error`` names the tool and lists the session's tools.
+        """
+        __tracebackhide__ = True
         self._check()
-        return await self.client._call(self, name, input or {})
+        result = await self.client._call(self, name, input or {})
+        if not result.ok and (result.reason == "not_found" or (result.error or "").endswith("is not a valid tool")):
+            result = await self._name_the_tools(result, name)
+        return result
+
+    async def _name_the_tools(self, result: ToolResult, name: str) -> ToolResult:
+        """A not-found result whose error lists the session's tools (the last ``tools()``, else asked for)."""
+        try:
+            tools = self._tools if self._tools is not None else await self.tools()
+        except ORSError:  # the server's own words stand
+            return result
+        names = [tool.name for tool in tools]
+        if name in names:
+            return result
+        listed = f"the tools of this session are: {_listing(names)}" if names else "this session has no tools"
+        return dataclasses.replace(result, error=f"{result.error or f'no tool {name!r}'}; {listed}")
 
     async def close(self) -> None:
         """Stop the pings and delete the session on the server (safe to call twice).
@@ -983,6 +1119,7 @@ class AsyncSession:
         delete that still failed raises its error (``OutcomeUnknownError`` when the server never
         answered in time).
         """
+        __tracebackhide__ = True
         if self._state in ("closed", "new"):
             self._state = "closed"
             return
@@ -1003,6 +1140,7 @@ class AsyncSession:
 
     async def _delete(self) -> None:
         """``POST /delete`` until the server confirms it (or no longer knows the session), then the close event."""
+        __tracebackhide__ = True
         error: Exception | None = None
         try:
             async with asyncio.timeout(DELETE_TIMEOUT):

@@ -29,6 +29,7 @@ import signal
 import threading
 import time
 from collections.abc import Coroutine
+from types import TracebackType
 from typing import Any, TypeVar
 
 __all__ = ["Runner"]
@@ -131,7 +132,11 @@ class Runner:
         meanwhile do not cut it short), then raises a bare ``KeyboardInterrupt``. On Jupyter's loop
         the signal is turned into the cancel (see ``_SigintCancels``), so it never lands inside
         the library's or the kernel's own code.
+
+        An exception of ``coro`` is raised as it is, its traceback without the event loop's frames
+        (``_without_loop_frames``); the runner's frames are hidden from pytest's and IPython's tracebacks.
         """
+        __tracebackhide__ = True
         if self._thread is None:
             return self._run_nested(coro)
         if threading.current_thread() is self._thread:
@@ -140,6 +145,7 @@ class Runner:
         return self._run_in_thread(coro)
 
     def _run_nested(self, coro: Coroutine[Any, Any, T]) -> T:
+        __tracebackhide__ = True
         interrupt = _SigintCancels(self._loop)
         task: asyncio.Task[T] | None = None
         try:
@@ -156,11 +162,13 @@ class Runner:
                     task.add_done_callback(_retrieve)
             if interrupt.requested or isinstance(exc, KeyboardInterrupt):
                 raise KeyboardInterrupt from None
+            exc.__traceback__ = _without_loop_frames(exc.__traceback__)  # what the bare raise raises with
             raise
         finally:
             interrupt.uninstall()
 
     def _run_in_thread(self, coro: Coroutine[Any, Any, T]) -> T:
+        __tracebackhide__ = True
         ended = threading.Event()
         tasks: list[asyncio.Task[T]] = []
 
@@ -185,7 +193,11 @@ class Runner:
             if tasks and tasks[0].done():
                 _retrieve(tasks[0])
             raise KeyboardInterrupt from None
-        return tasks[0].result()
+        task = tasks[0]
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            raise error.with_traceback(_without_loop_frames(error.__traceback__))
+        return task.result()
 
     def close(self) -> None:
         """Stop the private loop thread (nothing to do on a borrowed loop)."""
@@ -204,6 +216,23 @@ def _wait_through_interrupts(ended: threading.Event, bound: float) -> None:
             return
         with contextlib.suppress(KeyboardInterrupt):
             ended.wait(left)
+
+
+_LOOP_MODULES = ("asyncio.", "nest_asyncio2", "concurrent.futures")
+
+
+def _without_loop_frames(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without the frames of the event loop's machinery (asyncio's tasks and futures, nest_asyncio2): in a
+    traceback they stand between the caller's line and the library's, saying only how a coroutine was run."""
+    kept: list[TracebackType] = []
+    while tb is not None:
+        if not str(tb.tb_frame.f_globals.get("__name__", "")).startswith(_LOOP_MODULES):
+            kept.append(tb)
+        tb = tb.tb_next
+    rebuilt = None
+    for entry in reversed(kept):
+        rebuilt = TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return rebuilt
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

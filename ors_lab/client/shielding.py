@@ -29,6 +29,7 @@ async def outlast_cancel(step: Awaitable[T], *, grace: float | None = None) -> T
     cleanup steps record their failures themselves). With ``grace``, a cancelled caller waits at
     most ``grace`` seconds more, then ``step`` is cancelled.
     """
+    __tracebackhide__ = True
     task = asyncio.ensure_future(step)
     loop = asyncio.get_running_loop()
     cancelled = False

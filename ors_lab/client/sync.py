@@ -24,6 +24,7 @@ from ors_lab.client.aclient import (
 )
 from ors_lab.client.policy import RetryPolicy
 from ors_lab.client.runner import Runner
+from ors_lab.client.url import server_url
 from ors_lab.events import EventStream, Subscriber
 from ors_lab.protocol.call import MAX_RESULT_BYTES
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec
@@ -60,6 +61,7 @@ class Client:
         call_timeout: float | None = None,
         request_timeout: float | None = None,
     ) -> None:
+        server_url(base_url)  # a URL without http:// fails here, before a loop thread is started for it
         self._runner = Runner()
         self.aio = AsyncClient(
             base_url,
@@ -95,6 +97,7 @@ class Client:
 
     def close(self) -> None:
         """Close every session still open, then the connections."""
+        __tracebackhide__ = True
         try:
             self._runner.run(self.aio.aclose())
         finally:
@@ -102,10 +105,12 @@ class Client:
 
     def health(self) -> bool:
         """True when ``GET /health`` answers ``{"status": "ok"}``."""
+        __tracebackhide__ = True
         return self._runner.run(self.aio.health())
 
     def environments(self) -> list[str]:
         """The environment names the server hosts; the first is its default."""
+        __tracebackhide__ = True
         return self._runner.run(self.aio.environments())
 
     def environment(self, name: str, *, events: EventStream | None = None) -> Environment:
@@ -132,26 +137,32 @@ class Environment:
 
     def splits(self) -> list[Split]:
         """The environment's splits."""
+        __tracebackhide__ = True
         return self._runner.run(self.aio.splits())
 
     def tasks(self, split: str) -> list[Task]:
         """Every task of a split."""
+        __tracebackhide__ = True
         return self._runner.run(self.aio.tasks(split))
 
     def num_tasks(self, split: str) -> int:
         """How many tasks a split has."""
+        __tracebackhide__ = True
         return self._runner.run(self.aio.num_tasks(split))
 
     def task(self, split: str, index: int) -> Task:
         """One task by position (negative counts from the end)."""
+        __tracebackhide__ = True
         return self._runner.run(self.aio.task(split, index))
 
     def task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[Task]:
         """Tasks ``start:stop`` of a split, with Python slice semantics."""
+        __tracebackhide__ = True
         return self._runner.run(self.aio.task_range(split, start, stop))
 
     def tools(self) -> list[ToolSpec]:
         """The tools every task of this environment shares."""
+        __tracebackhide__ = True
         return self._runner.run(self.aio.tools())
 
     def session(
@@ -224,28 +235,35 @@ class Session:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        __tracebackhide__ = True
         self._runner.run(self.aio.__aexit__(exc_type, exc, tb))
 
     def open(self) -> None:
         """Create the session on the server and start its keep-alive pings."""
+        __tracebackhide__ = True
         self._runner.run(self.aio.open())
 
     def ping(self) -> None:
         """Tell the server the session is in use (done every 10 s on its own)."""
+        __tracebackhide__ = True
         self._runner.run(self.aio.ping())
 
     def prompt(self) -> list[Block]:
         """The task's prompt, as blocks."""
+        __tracebackhide__ = True
         return self._runner.run(self.aio.prompt())
 
     def tools(self) -> list[ToolSpec]:
         """The tools of this session: the shared ones, then the task's own."""
+        __tracebackhide__ = True
         return self._runner.run(self.aio.tools())
 
     def call(self, name: str, input: Mapping[str, Any] | None = None) -> ToolResult:
         """Run a tool; ``ok=False`` in the result (not an exception) for ORS logic failures."""
+        __tracebackhide__ = True
         return self._runner.run(self.aio.call(name, input))
 
     def close(self) -> None:
         """Stop the pings and delete the session on the server (safe to call twice)."""
+        __tracebackhide__ = True
         self._runner.run(self.aio.close())

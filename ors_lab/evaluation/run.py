@@ -42,6 +42,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from collections import deque
@@ -80,7 +81,7 @@ from ors_lab.events import (
     Subscriber,
     UsageEvent,
 )
-from ors_lab.protocol.errors import ORSError
+from ors_lab.protocol.errors import ORSError, TraceExistsError, TraceFormatError
 from ors_lab.recording.parts import parts_dir
 from ors_lab.recording.recorder import Recorder
 from ors_lab.recording.redact import Redactor
@@ -90,7 +91,7 @@ from ors_lab.recording.schema import SCHEMA
 if TYPE_CHECKING:
     from ors_lab.notebook import LiveView
 
-__all__ = ["EvaluationInterrupted", "aevaluate", "evaluate", "last_result"]
+__all__ = ["EvaluationInterrupted", "aevaluate", "discard_unstarted", "evaluate", "last_result", "trace_exists"]
 
 Key = tuple[str, str, int, int]
 log = logging.getLogger("ors_lab.evaluation")
@@ -154,6 +155,7 @@ async def aevaluate(
     Cancelled, it stops its episodes, deletes their sessions and closes the trace before raising
     ``CancelledError``; ``last_result()`` then holds the partial result.
     """
+    __tracebackhide__ = True
     return await _evaluate(
         env,
         agent,
@@ -183,6 +185,7 @@ async def _evaluate(
     env: AsyncEnvironment | Environment, agent: Agent | Policy, o: _Options, ending: _Ending
 ) -> EvalResult:
     """``aevaluate``'s work; ``ending`` follows how far it got (for ``evaluate``'s message if interrupted)."""
+    __tracebackhide__ = True
     global _last
     ending.started = True
     aenv = _async_environment(env)
@@ -197,7 +200,7 @@ async def _evaluate(
     agent_name = _agent_name(agent)
     events = EventStream(parent=aenv.events)
     run_env = AsyncEnvironment(aenv.client, aenv.name, events=events)
-    recorder, own_recorder, done, resumed_rows = _open_recorder(o.record, o.resume, aenv.name, o.split)
+    recorder, own_recorder, done, resumed_rows, created = _open_recorder(o.record, o.resume, aenv.name, o.split)
     # the result's rows: taken from the tables the recorder writes, else made here
     rows: _RecordedRows | _ResultRows = _RecordedRows(recorder) if recorder is not None else _ResultRows()
     subscriptions = [events.subscribe(rows, kinds=rows.KINDS), events.subscribe(ending, kinds=ending.KINDS)]
@@ -252,6 +255,9 @@ async def _evaluate(
             if stopped_by is None:
                 raise
             log.exception("ors_lab: closing the trace of an interrupted evaluation failed")
+    if created and isinstance(stopped_by, Exception):  # failed, not interrupted: an empty trace is no use to keep
+        assert recorder is not None
+        await asyncio.to_thread(discard_unstarted, recorder.path)
     if stopped_by is None:
         _last = _result(rows, resumed_rows, resumed, aenv.name, o, recorder, started, agent_name)
         return _last
@@ -423,6 +429,7 @@ def evaluate(
     ``KeyboardInterrupt`` with a one-line message whose ``.result`` is the partial ``EvalResult``
     (also ``last_result()``).
     """
+    __tracebackhide__ = True
     options = _Options(split, tasks, rollouts, concurrency, max_steps, timeout, record, resume, progress, reward,
                        success_threshold, subscribe)  # fmt: skip
     ending = _Ending()
@@ -525,6 +532,7 @@ def _async_environment(env: AsyncEnvironment | Environment) -> AsyncEnvironment:
 
 
 async def _task_indices(env: AsyncEnvironment, split: str, tasks: int | Sequence[int] | None) -> list[int]:
+    __tracebackhide__ = True
     count = await env.num_tasks(split)
     if tasks is None:
         return list(range(count))
@@ -537,7 +545,10 @@ async def _task_indices(env: AsyncEnvironment, split: str, tasks: int | Sequence
     indices = [int(index) for index in tasks]
     bad = [index for index in indices if not 0 <= index < count]
     if bad:
-        raise ValueError(f"task indices {bad} are outside split {split!r} of {env.name!r} (0..{count - 1})")
+        span = f" (0 to {count - 1})" if count else ""
+        raise ValueError(
+            f"task indices {bad} are outside split {split!r} of {env.name!r}, which has {count} tasks{span}"
+        )
     if len(set(indices)) != len(indices):
         raise ValueError(f"task indices repeat: {indices}; use rollouts= to run a task more than once")
     return indices
@@ -545,23 +556,54 @@ async def _task_indices(env: AsyncEnvironment, split: str, tasks: int | Sequence
 
 def _open_recorder(
     record: str | os.PathLike[str] | Recorder | None, resume: bool, environment: str, split: str
-) -> tuple[Recorder | None, bool, dict[Key, str], pa.Table | None]:
+) -> tuple[Recorder | None, bool, dict[Key, str], pa.Table | None, bool]:
     """The recorder to use, whether we opened it, the episodes its trace holds finished (key -> session
-    id), and the trace's rows (None when there is nothing to resume)."""
+    id), the trace's rows (None when there is nothing to resume), and whether we created the trace."""
+    __tracebackhide__ = True
     if record is None:
-        return None, False, {}, None
+        return None, False, {}, None, False
     own = not isinstance(record, Recorder)  # the caller's may already hold episodes of this run
     if not own and resume:
         assert isinstance(record, Recorder)
         record.flush()  # its rows still in memory are episodes to skip too
     path = Path(record) if not isinstance(record, Recorder) else record.path
-    exists = path.is_file() or parts_dir(path).is_dir()
+    exists = trace_exists(path)
     table = load_trace(path).table if exists and resume else None
     done: dict[Key, str] = {}
     if table is not None:
         done = {key: sid for key, sid in finished_episodes(table).items() if key[:2] == (environment, split)}
-    recorder = Recorder(path, append=exists and resume) if not isinstance(record, Recorder) else record
-    return recorder, own, done, table
+    if isinstance(record, Recorder):
+        return record, own, done, table, False
+    try:
+        recorder = Recorder(path, append=exists and resume)
+    except TraceExistsError:  # in the caller's terms: evaluate's keywords, not the Recorder's
+        raise TraceExistsError(
+            f"{path} already holds a trace; pass resume=True to continue it, "
+            "record=ol.Recorder(path, overwrite=True) to replace it, or choose another path",
+            path=str(path),
+        ) from None
+    return recorder, own, done, table, not exists
+
+
+def trace_exists(path: Path) -> bool:
+    """Whether a trace is at ``path``: its file, or the parts of an unfinished recording."""
+    return path.is_file() or parts_dir(path).is_dir()
+
+
+def discard_unstarted(path: str | os.PathLike[str]) -> bool:
+    """Remove the closed trace at ``path`` (with its parts) if it holds no session: what a run that failed
+    before its first episode (an unknown environment or split, a server down) leaves. Only for a trace the run
+    created; a trace with any session, or one that cannot be read, stays. True when it was removed."""
+    path = Path(path)
+    try:
+        kinds = load_trace(path).table["kind"]
+    except TraceFormatError:
+        return False
+    if pc.any(pc.is_in(kinds, value_set=pa.array(["start", "open"], pa.string()))).as_py():
+        return False
+    path.unlink(missing_ok=True)
+    shutil.rmtree(parts_dir(path), ignore_errors=True)
+    return True
 
 
 async def _episode(

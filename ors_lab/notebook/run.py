@@ -382,6 +382,7 @@ class RunState(ViewState):
         # running figures, kept up to date per episode (exact ones are computed at the end)
         self._sum = 0.0
         self._squares = 0.0
+        self._rewarded = 0  # episodes with a finite reward: those the sums hold
         self._successes = 0
         self._pass_sum = [0.0] * len(self.ks)
         self._pass_known = [0] * len(self.ks)
@@ -611,6 +612,7 @@ class RunState(ViewState):
             return
         self._sum += sign * reward
         self._squares += sign * reward * reward
+        self._rewarded += sign
         lo, hi = self._hist_range
         if lo <= reward <= hi:
             self._hist[min(int((reward - lo) / (hi - lo) * HIST_BINS), HIST_BINS - 1)] += sign
@@ -641,7 +643,7 @@ class RunState(ViewState):
         if (self.episodes - self.resumed) % self._stride or not self.episodes:
             return
         self._series_t.append(round(self.clock() - self.started, 3))
-        self._series_v.append(round(self._sum / self.episodes, 4))
+        self._series_v.append(round(self._sum / max(self._rewarded, 1), 4))
         if len(self._series_t) > SERIES_POINTS:
             self._series_t, self._series_v = self._series_t[::2], self._series_v[::2]
             self._stride *= 2
@@ -672,19 +674,19 @@ class RunState(ViewState):
         episodes at each update); once it has ended, from ``ors_lab.stats`` over every episode, as
         ``EvalResult``'s frames compute them, so the last figures are the result's to the last digit.
         """
-        n = self.episodes
+        n, rewarded = self.episodes, self._rewarded
         if self.ended is None:
-            variance = (self._squares - self._sum * self._sum / n) / (n - 1) if n > 1 else None
+            variance = (self._squares - self._sum * self._sum / rewarded) / (rewarded - 1) if rewarded > 1 else None
             sums = zip(self._pass_sum, self._pass_known, strict=True)
             return {
-                "mean": self._sum / n if n else None,
-                "stderr": math.sqrt(max(variance, 0.0) / n) if variance is not None else None,
+                "mean": self._sum / rewarded if rewarded else None,
+                "stderr": math.sqrt(max(variance, 0.0) / rewarded) if variance is not None else None,
                 "success_rate": self._successes / n if n else None,
                 "pass": [total / known if known else None for total, known in sums],
             }
         if self._exact_at != self._version:
             outcomes = [o for o in self._outcomes if o is not None]
-            rewards = [o.reward for o in outcomes]
+            rewards = [o.reward for o in outcomes if math.isfinite(o.reward)]  # as the running sums, and pandas' mean
             passes = []
             for k in self.ks:
                 known = [p for n, c, _ in self._per_task.values() if n and (p := pass_at_k(n, c, k)) is not None]
@@ -803,7 +805,7 @@ class RunState(ViewState):
     def text(self) -> str:
         figures = self.figures()
         done, ran = self.episodes, self.episodes - self.resumed
-        average = f"{figures['mean']:.3f}" if figures["mean"] is not None else "-"
+        average = _f3(figures["mean"])
         resumed = f" ({self.resumed} resumed)" if self.resumed else ""
         line = (
             f"{self.label}: {done}/{self.total} episodes{resumed}  {ran / max(self.elapsed(), 1e-9):.1f}/s  "

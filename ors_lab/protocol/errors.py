@@ -3,10 +3,14 @@
 ::
 
     ORSError                        anything ors_lab raises on purpose; carries session_id, task_id, request
+    ├── InvalidURLError             a server URL without http:// or https://, or without a host (also a ValueError)
     ├── ServerError                 the server answered an HTTP error status (after the retries allowed)
     │   ├── SessionNotFoundError    404 "Active environment not found": unknown, expired or deleted session
     │   ├── EnvironmentStartingError  503 "x-backend-state: starting" for longer than the client waits
-    │   └── ReplayMismatchError     a replayed trace has no recorded answer for this request
+    │   ├── ReplayMismatchError     a replayed trace has no recorded answer for this request
+    │   ├── UnknownEnvironmentError the server has no environment of that name (``available``: those it has)
+    │   ├── UnknownSplitError       the environment has no split of that name (``available``: its splits)
+    │   └── TaskIndexError          no task at that index of the split (``num_tasks``; also an IndexError)
     ├── MalformedResponseError      a 2xx answer that is not what ORS sends there: HTML, not JSON, not UTF-8,
     │                               or JSON of the wrong shape
     ├── ConnectionFailedError       the connection failed (refused, reset, timed out, not HTTP) and the retries
@@ -23,6 +27,8 @@
     │       └── CallDeadlineExceededError  ``call_timeout`` passed after the /call may have reached the server
     ├── SessionClosedError          the session was closed (or found dead) before this use
     └── TraceFormatError            a trace is missing, unreadable, or not an ors_lab trace of this version
+        ├── TraceNotFoundError      no trace (nor the parts of one) at the path (also a FileNotFoundError)
+        ├── TraceExistsError        a new trace was asked for where one is (also a FileExistsError)
         └── TraceLockedError        another recorder is writing the trace (``holder``: its pid, host, since)
 
 Every failure the client meets is one of these: a network failure the retries could not mend is a
@@ -30,6 +36,10 @@ Every failure the client meets is one of these: a network failure the retries co
 an answer of the wrong form is a ``MalformedResponseError`` or ``MalformedStreamError``, never a
 bare ``JSONDecodeError`` or ``KeyError``. An ORS *logic* failure (unknown tool, invalid input,
 finished episode) is not an exception: it is a ``ToolResult`` with ``ok=False``.
+
+The errors of a caller's mistake (a URL, an environment, a split, a task index, a trace path) say
+what is wrong and what there is instead in one line, without the request context the others add
+to their message (it stays in their attributes).
 
 What a /call's error says about the tool: ``OutcomeUnknownError`` (and its
 ``CallDeadlineExceededError``), or a ``MalformedStreamError`` without a ``task_id`` (the answer was
@@ -43,6 +53,7 @@ proved it did not run (``ors_lab/client/policy.py`` has the rules).
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import Any
 
 __all__ = [
@@ -50,6 +61,7 @@ __all__ = [
     "ConnectionFailedError",
     "DeadlineExceededError",
     "EnvironmentStartingError",
+    "InvalidURLError",
     "MalformedResponseError",
     "MalformedStreamError",
     "ORSError",
@@ -60,15 +72,24 @@ __all__ = [
     "SessionClosedError",
     "SessionNotFoundError",
     "StreamError",
+    "TaskIndexError",
     "ToolError",
+    "TraceExistsError",
     "TraceFormatError",
     "TraceLockedError",
+    "TraceNotFoundError",
+    "UnknownEnvironmentError",
+    "UnknownSplitError",
     "UnknownTaskError",
 ]
 
 
 class ORSError(Exception):
     """Base class: a failure with the ORS context it happened in."""
+
+    context_in_message = True
+    """Whether ``str()`` ends with the session, task_id and request (not for a caller's mistakes: their
+    message says it all)."""
 
     def __init__(
         self,
@@ -89,6 +110,8 @@ class ORSError(Exception):
         return (_rebuild, (type(self), self.message, dict(vars(self))))
 
     def __str__(self) -> str:
+        if not self.context_in_message:
+            return self.message
         context = [
             f"{name}={value}"
             for name, value in (
@@ -99,6 +122,35 @@ class ORSError(Exception):
             if value
         ]
         return f"{self.message} ({', '.join(context)})" if context else self.message
+
+    def _render_traceback_(self) -> list[str]:
+        """How IPython and Jupyter show it: their own traceback without the frames ors_lab hides
+        (``__tracebackhide__``), so a cell's error ends at the cell's line, then the message."""
+        return _ipython_traceback(self)
+
+
+def _ipython_traceback(error: BaseException) -> list[str]:
+    """IPython's rendering of ``error`` with the hidden frames left out, not shown as its last frame: IPython
+    always shows the frame that raised, which for ors_lab is a line of the library, not the caller's."""
+    import traceback
+
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    tb = error.__traceback__
+    if shell is None:
+        return traceback.format_exception(error)
+    formatter = shell.InteractiveTB
+    if getattr(formatter, "skip_hidden", True):  # ``%config`` can turn the hiding off, for debugging
+        kept = []
+        while tb is not None:
+            if not tb.tb_frame.f_locals.get("__tracebackhide__", False):
+                kept.append(tb)
+            tb = tb.tb_next
+        for entry in reversed(kept):
+            tb = TracebackType(tb, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    stb: list[str] = formatter.structured_traceback(type(error), error, tb)
+    return stb
 
 
 def _rebuild(cls: type[ORSError], message: str, state: dict[str, Any]) -> ORSError:
@@ -135,6 +187,50 @@ class EnvironmentStartingError(ServerError):
 
 class ReplayMismatchError(ServerError):
     """A replay server or transport found no recorded request like this one; ``detail`` says why."""
+
+
+class UnknownEnvironmentError(ServerError):
+    """The server has no environment of this name (``environment``); ``available`` lists the ones it has."""
+
+    context_in_message = False
+
+    def __init__(self, message: str, *, environment: str, available: list[str], **context: Any) -> None:
+        super().__init__(message, **context)
+        self.environment = environment
+        self.available = list(available)
+
+
+class UnknownSplitError(ServerError):
+    """The environment has no split of this name (``split``); ``available`` lists its splits."""
+
+    context_in_message = False
+
+    def __init__(self, message: str, *, split: str, available: list[str], **context: Any) -> None:
+        super().__init__(message, **context)
+        self.split = split
+        self.available = list(available)
+
+
+class TaskIndexError(ServerError, IndexError):
+    """No task at ``index`` of ``split``, which has ``num_tasks`` (None when that could not be learnt)."""
+
+    context_in_message = False
+
+    def __init__(self, message: str, *, split: str, index: int, num_tasks: int | None, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.split = split
+        self.index = index
+        self.num_tasks = num_tasks
+
+
+class InvalidURLError(ORSError, ValueError):
+    """A server URL that is not ``http://`` or ``https://`` with a host; ``url`` is what was given."""
+
+    context_in_message = False
+
+    def __init__(self, message: str, *, url: str, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.url = url
 
 
 class MalformedResponseError(ORSError):
@@ -213,6 +309,27 @@ class SessionClosedError(ORSError):
 
 class TraceFormatError(ORSError):
     """A trace is missing, unreadable, not an ors_lab trace, or of a schema version this one cannot read."""
+
+
+class TraceNotFoundError(TraceFormatError, FileNotFoundError):
+    """No trace at ``path``: neither the file nor the parts of an unfinished recording."""
+
+    context_in_message = False
+
+    def __init__(self, message: str, *, path: str, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.path = path
+
+
+class TraceExistsError(TraceFormatError, FileExistsError):
+    """A new trace was asked for at ``path``, and a trace (or the parts of one) is there; the message says
+    how to continue it or replace it, in the caller's own terms (keyword arguments, or command-line flags)."""
+
+    context_in_message = False
+
+    def __init__(self, message: str, *, path: str, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.path = path
 
 
 class TraceLockedError(TraceFormatError):

@@ -59,6 +59,7 @@ from ors_lab.asgi import serve_app
 from ors_lab.client.policy import OUTCOME_HEADER
 from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream
 from ors_lab.client.transport import AiohttpTransport
+from ors_lab.client.url import server_url
 from ors_lab.events import (
     CallErrorEvent,
     CloseEvent,
@@ -108,7 +109,7 @@ class RecordingProxy:
     ) -> None:
         if max_result_bytes < 1:
             raise ValueError(f"max_result_bytes must be 1 or more, not {max_result_bytes!r}")
-        self.upstream = upstream.rstrip("/")
+        self.upstream = server_url(upstream)  # not a URL: refused here, before any port is taken or trace made
         self.max_result_bytes = max_result_bytes
         self.events = EventStream()
         if recorder is not None:

@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ors_lab.events import Event
+from ors_lab.protocol.errors import TraceExistsError
 from ors_lab.recording.lock import LOCK_NAME, TraceLock
 from ors_lab.recording.parts import PART, part_files, parts_dir, read_checked, remove_stale, reopen
 from ors_lab.recording.redact import Redactor
@@ -104,6 +105,7 @@ class Recorder:
         overwrite: bool = False,
         append: bool = False,
     ) -> None:
+        __tracebackhide__ = True
         self.path = Path(path)
         self.parts = parts_dir(self.path)
         if append and overwrite:
@@ -112,7 +114,7 @@ class Recorder:
         if not flush_interval > 0:
             raise ValueError(f"flush_interval is in seconds and must be above 0, not {flush_interval!r}")
         if not (overwrite or append) and self.path.exists():
-            raise FileExistsError(_EXISTS.format(path=self.path))
+            raise TraceExistsError(_EXISTS.format(path=self.path), path=str(self.path))
         self.run_id = run_id or uuid.uuid4().hex
         # one writer per trace: the lock comes before anything of the trace is read, changed or removed
         self._lock_file = TraceLock(self.path, self.parts, run_id=self.run_id)
@@ -126,7 +128,7 @@ class Recorder:
             elif not append:
                 remove_stale(self.path, self.parts)
                 if self.path.exists() or part_files(self.parts):  # a run killed before its close left parts
-                    raise FileExistsError(_EXISTS.format(path=self.path))
+                    raise TraceExistsError(_EXISTS.format(path=self.path), path=str(self.path))
             first_part, first_seq, first_ns, servers = reopen(self.path, self.parts) if append else (0, 0, 0, set())
         except BaseException:
             self._lock_file.release()

@@ -192,7 +192,7 @@ def test_cli_prints_the_summary(run: Run) -> None:
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(None, "no trace at {path} (and no parts"), ("not parquet\n", "{path} is not a readable Parquet file")],
+    [(None, "no trace at {path}\n"), ("not parquet\n", "{path} is not a readable Parquet file")],
     ids=["missing", "not-parquet"],
 )
 def test_cli_on_a_bad_trace_exits_1_with_the_message(tmp_path: Path, content: str | None, message: str) -> None:

@@ -80,14 +80,15 @@ async def test_requests_name_their_environment(url: str) -> None:
 
 
 async def test_bad_split_is_a_server_error_and_not_retried(url: str) -> None:
-    """A 400 raises ServerError with the server's detail, after exactly one request."""
+    """A 400 raises a ServerError with the server's detail (UnknownSplitError, after asking for the splits it
+    names), and the refused request is sent exactly once."""
     sink = Sink()
     async with ol.AsyncClient(url, recorder=sink) as client:
-        with pytest.raises(ol.ServerError) as caught:
+        with pytest.raises(ol.UnknownSplitError) as caught:
             await client.environment("lab").tasks("nope")
-    assert caught.value.status_code == 400
+    assert isinstance(caught.value, ol.ServerError) and caught.value.status_code == 400
     assert caught.value.detail == "Invalid split"
-    assert len(sink.kinds("request")) == 1
+    assert [httpx2.URL(r.url).path for r in sink.kinds("request")] == ["/lab/tasks", "/lab/splits"]
 
 
 async def test_session_by_split_and_index(url: str) -> None:

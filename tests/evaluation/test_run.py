@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import subprocess
@@ -12,11 +13,13 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow.compute as pc
 import pytest
 
-from ors_lab import AsyncClient, Client, Environment, Recorder, load_trace
+import ors_lab as ol
+from ors_lab import AsyncClient, Client, Environment, Recorder, TraceExistsError, load_trace
 from ors_lab.agents.policy import Observation, ToolCall
 from ors_lab.analysis import finished_episodes
 from ors_lab.demo.agent import DemoAgent
@@ -301,8 +304,51 @@ def test_resume_false_refuses_an_existing_trace(ors_sdk_server: ServerProcess, t
     with Client(ors_sdk_server.url) as client:
         lab = client.environment("lab")
         evaluate(lab, lab_policy, split="test", record=path, progress=False)
-        with pytest.raises(FileExistsError, match="append=True"):
+        before = path.read_bytes()
+        with pytest.raises(TraceExistsError, match=r"pass resume=True to continue it, record=ol\.Recorder\(path, "
+                           r"overwrite=True\) to replace it"):  # fmt: skip
             evaluate(lab, lab_policy, split="test", record=path, resume=False, progress=False)
+    assert path.read_bytes() == before
+
+
+def test_a_run_that_fails_before_its_first_episode_leaves_no_trace_it_made(
+    ors_sdk_server: ServerProcess, tmp_path: Path
+) -> None:
+    """An unknown environment or split fails the run before any session: the trace it created is removed, while
+    an existing trace it was to continue keeps every episode it held."""
+    made, kept = tmp_path / "new.parquet", tmp_path / "kept.parquet"
+    with Client(ors_sdk_server.url) as client:
+        evaluate(client.environment("lab"), lab_policy, split="test", record=kept, progress=False)
+        for env, split in (("nope", "test"), ("lab", "nope")):
+            for record in (made, kept):
+                with pytest.raises((ol.UnknownEnvironmentError, ol.UnknownSplitError)):
+                    evaluate(client.environment(env), lab_policy, split=split, record=record, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.parquet"]
+    assert len(load_trace(kept).episodes) == len(LAB_TASKS["test"])
+
+
+def test_a_fully_resumed_run_shows_the_resumed_figures(
+    ors_sdk_server: ServerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run whose every episode is in its trace prints the resumed episodes' mean reward, never `nan`, even
+    when a reward function gave some episode no number (the mean is over the episodes with one, as pandas')."""
+    path = tmp_path / "run.parquet"
+    unscored = LAB_TASKS["train"][0]["answer"]
+
+    def reward(steps: list[Any]) -> float:
+        """The last step's reward, but none (NaN) for the first task's answer."""
+        return math.nan if steps[-1].input.get("answer") == unscored else float(steps[-1].reward)
+
+    ol.live_views("text")
+    with Client(ors_sdk_server.url) as client:
+        lab = client.environment("lab")
+        first = evaluate(lab, lab_policy, split="train", tasks=[0, 1], reward=reward, record=path)
+        capsys.readouterr()
+        second = evaluate(lab, lab_policy, split="train", tasks=[0, 1], reward=reward, record=path)
+    lines = capsys.readouterr().err.splitlines()
+    assert second.resumed == 2 and math.isnan(first.episodes["reward"].iloc[0])
+    assert lines and all("nan" not in line for line in lines), lines
+    assert lines[-1].startswith("eval lab/train: 2/2 episodes (2 resumed)") and "mean reward 1.000" in lines[-1]
 
 
 KILLED_RUN = textwrap.dedent(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import re
+from typing import Any
 
 import httpx2
 import pytest
@@ -13,14 +14,21 @@ from ors_lab.protocol.errors import (
     CallDeadlineExceededError,
     ConnectionFailedError,
     DeadlineExceededError,
+    InvalidURLError,
     MalformedStreamError,
     ORSError,
     OutcomeUnknownError,
     ServerError,
     SessionNotFoundError,
     StreamError,
+    TaskIndexError,
     ToolError,
+    TraceExistsError,
+    TraceNotFoundError,
+    UnknownEnvironmentError,
+    UnknownSplitError,
 )
+from tests.conftest import REPO_ROOT
 
 # One line of the drawn tree: "│   ├── Name    description" (the root has no connector).
 _TREE_LINE = re.compile(r"^((?:[│ ]   )*)(?:[├└]── )?([A-Z]\w+)\s")
@@ -55,15 +63,21 @@ def test_tree_drawing_parsed() -> None:
     assert TREE["OutcomeUnknownError"] == {"StreamError"}
     assert TREE["SessionClosedError"] == {"ORSError"}
     assert TREE["CallDeadlineExceededError"] == {"DeadlineExceededError", "OutcomeUnknownError"}
-    assert len(TREE) == 18
+    assert TREE["TaskIndexError"] == {"ServerError"} and TREE["TraceNotFoundError"] == {"TraceFormatError"}
+    assert len(TREE) == 24
 
 
 @pytest.mark.parametrize(("name", "parents"), sorted(TREE.items()))
 def test_class_has_drawn_parent(name: str, parents: set[str]) -> None:
-    """Every class drawn in the docstring exists and derives directly from the parents drawn above it."""
+    """Every class drawn in the docstring exists and derives directly from the parents drawn above it, and from
+    a built-in exception only when its line says so ("also a FileNotFoundError")."""
     cls = getattr(errors, name)
     expected = {Exception if parent == "Exception" else getattr(errors, parent) for parent in parents}
-    assert set(cls.__bases__) == expected
+    builtin = {base for base in cls.__bases__ if base.__module__ == "builtins" and base is not Exception}
+    assert set(cls.__bases__) - builtin == expected
+    line = next(line for line in (errors.__doc__ or "").splitlines() if re.search(rf"(── |^    ){name}\b", line))
+    for base in builtin:
+        assert re.search(rf"also an? {base.__name__}", line), line
 
 
 def test_tree_lists_every_exception() -> None:
@@ -119,6 +133,12 @@ def test_server_error_detail_defaults_to_none() -> None:
         DeadlineExceededError("slow", deadline=2.5, task_id="t1"),
         OutcomeUnknownError("502", status_code=502, detail="bad gateway", session_id="s1"),
         CallDeadlineExceededError("slow call", deadline=1.0, session_id="s1", task_id="t1"),
+        UnknownEnvironmentError("unknown", environment="nope", available=["lab"], status_code=308),
+        UnknownSplitError("unknown", split="nope", available=["test"], status_code=400, detail="Invalid split"),
+        TaskIndexError("no task", split="test", index=9, num_tasks=2, status_code=400, session_id="s1"),
+        InvalidURLError("not a URL", url="127.0.0.1:8080"),
+        TraceNotFoundError("no trace at x.parquet", path="x.parquet"),
+        TraceExistsError("x.parquet already holds a trace", path="x.parquet"),
     ],
     ids=lambda error: type(error).__name__,
 )
@@ -135,3 +155,59 @@ def test_call_deadline_is_both_a_deadline_and_an_unknown_outcome() -> None:
     assert isinstance(error, DeadlineExceededError) and isinstance(error, OutcomeUnknownError)
     assert (error.deadline, error.status_code, error.task_id) == (1.0, None, "t1")
     assert not isinstance(DeadlineExceededError("x"), TimeoutError)
+
+
+def test_a_callers_mistake_is_its_message_alone() -> None:
+    """The errors of a caller's mistake are one line without the request context the others add; the context
+    stays in their fields, and each is also the built-in exception a Python caller would catch."""
+    request = httpx2.Request("POST", "http://127.0.0.1:8080/nope/num_tasks")
+    error = UnknownEnvironmentError("unknown environment 'nope'", environment="nope", available=["lab", "echo"],
+                                    status_code=308, request=request)  # fmt: skip
+    assert str(error) == "unknown environment 'nope'" and error.request is request
+    assert (error.environment, error.available, error.status_code) == ("nope", ["lab", "echo"], 308)
+    assert isinstance(TaskIndexError("x", split="s", index=5, num_tasks=2, status_code=400), IndexError)
+    assert isinstance(InvalidURLError("x", url="u"), ValueError)
+    assert isinstance(TraceNotFoundError("x", path="p"), FileNotFoundError)
+    assert isinstance(TraceExistsError("x", path="p"), FileExistsError)
+
+
+def test_outside_ipython_the_traceback_rendering_is_pythons() -> None:
+    """``_render_traceback_`` (IPython's hook) falls back to Python's own format when no IPython shell runs."""
+    try:
+        raise ToolError("boom", session_id="s1")
+    except ToolError as exc:
+        lines = exc._render_traceback_()
+    assert lines[0].startswith("Traceback") and lines[-1] == "ors_lab.protocol.errors.ToolError: boom (session=s1)\n"
+
+
+KERNEL_CELLS = {
+    "replay": ('c = ol.Client("http://replay", transport=ol.ReplayTransport({trace!r}))\n'
+               'c.environment("guessing").task("nope", 99)', "ReplayMismatchError: no recorded request matches"),
+    "environment": ('ol.evaluate(ol.Client({url!r}).environment("nope"), DemoAgent(), progress=False)',
+                    "UnknownEnvironmentError: unknown environment 'nope' at"),
+    "trace": ('ol.load_trace("missing.parquet")', "TraceNotFoundError: no trace at missing.parquet"),
+}  # fmt: skip
+_FRAME = re.compile(r"^(Cell In\[\d+\], line \d+|File [^\n]*:\d+, in )", re.MULTILINE)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_in_a_kernel_a_cells_error_is_its_line_and_the_message(demo_server: Any) -> None:
+    """In a real Jupyter kernel the error output of a cell that met an ORS error is one frame, the cell's own line,
+    then the message: no frame of the library (through the sync runner on the kernel's loop), no skipped-frames
+    marker, no frame of asyncio or nest_asyncio2."""
+    from tests.notebook.kernel import Kernel
+
+    trace = str(REPO_ROOT / "recordings" / "demo.parquet")
+    with Kernel() as kernel:
+        setup = kernel.run("import ors_lab as ol\nfrom ors_lab.demo.agent import DemoAgent")
+        assert not setup.problems(), setup.problems()
+        for name, (code, message) in KERNEL_CELLS.items():
+            cell = kernel.run(code.format(trace=trace, url=demo_server.url))
+            (error,) = cell.of("error")
+            text = _ANSI.sub("", "\n".join(error["content"]["traceback"]))
+            frames = _FRAME.findall(text)
+            assert len(frames) == 1 and frames[0].startswith("Cell In["), (name, text)
+            assert code.splitlines()[-1].format(trace=trace, url=demo_server.url) in text, (name, text)
+            assert message in text.splitlines()[-1] or message in text, (name, text)
+            assert "skipping hidden" not in text and "ors_lab/" not in text, (name, text)
+            assert len(text.splitlines()) <= 12, (name, text)
