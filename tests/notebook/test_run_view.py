@@ -181,8 +181,10 @@ def test_synthetic_events_build_the_figures_the_grid_and_the_transcripts() -> No
     ]
     assert [p[1] for p in inbox[-1]["parts"]][-2:] == ["error", "finish"] and inbox[-1]["error"] == "the tool crashed"
     assert state.request({"transcript": "1/2"}) == {"transcript": inbox[-1]}
-    assert state.text().startswith("eval lab/test: 6/6 episodes  ")
-    assert state.text().endswith("/s  mean reward 0.417  errors 1  tokens 82")
+    line, *errors = state.text().splitlines()  # an ended run's text names its errors after the progress line
+    assert line.startswith("eval lab/test: 6/6 episodes  ")
+    assert line.endswith("/s  mean reward 0.417  errors 1  tokens 82")
+    assert errors == ["  errors: RuntimeError ×1; the last, of task/rollout 1/2:", "    RuntimeError: the tool crashed"]
 
 
 def test_live_episodes_stream_into_panes_and_the_grid() -> None:
