@@ -142,6 +142,11 @@ class Environment:
         """How many tasks a split has."""
         return self._runner.run(self.aio.num_tasks(split))
 
+    def episodes(self, split: str, rollouts: int = 1) -> list[tuple[int, int]]:
+        """The (task index, rollout) pairs an evaluation of ``split`` runs when not told which tasks (each
+        task ``rollouts`` times; from a replay of a trace, the pairs it holds)."""
+        return self._runner.run(self.aio.episodes(split, rollouts))
+
     def task(self, split: str, index: int) -> Task:
         """One task by position (negative counts from the end)."""
         return self._runner.run(self.aio.task(split, index))
