@@ -16,7 +16,7 @@ import httpx2
 from ors_lab.agents.episode import CURRENT_EPISODE
 from ors_lab.client import ExchangeTap, RecordingTransport
 
-__all__ = ["episode_tap", "recording_http_client"]
+__all__ = ["episode_tap", "needs_credentials", "recording_http_client"]
 
 
 def episode_tap(request: httpx2.Request) -> ExchangeTap | None:
@@ -27,12 +27,25 @@ def episode_tap(request: httpx2.Request) -> ExchangeTap | None:
     return ExchangeTap(episode.events, session_id=episode.session.sid, rollout=episode.rollout, agent=True)
 
 
+def needs_credentials(transport: httpx2.AsyncBaseTransport | None) -> bool:
+    """False for a transport that answers from a trace (``needs_credentials = False``, as
+    ``ors_lab.replay.AgentReplayTransport`` says): no key is needed there, and none is sent."""
+    return bool(getattr(transport, "needs_credentials", True))
+
+
+async def _without_credentials(request: httpx2.Request) -> None:
+    request.headers.pop("authorization", None)
+
+
 def recording_http_client(
     transport: httpx2.AsyncBaseTransport | None = None, *, timeout: float | httpx2.Timeout = 600.0
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` whose traffic inside an episode lands on the episode's stream.
 
-    Closing the client closes the transport it made, never a ``transport`` it was given.
+    Closing the client closes the transport it made, never a ``transport`` it was given. Through a
+    transport that needs no credentials (``needs_credentials``), requests go without their
+    ``Authorization`` header: it is neither sent nor recorded.
     """
+    hooks = {} if needs_credentials(transport) else {"request": [_without_credentials]}
     return httpx2.AsyncClient(transport=RecordingTransport(episode_tap, transport), timeout=timeout,
-                              follow_redirects=True)  # fmt: skip
+                              follow_redirects=True, event_hooks=hooks)  # fmt: skip

@@ -15,7 +15,9 @@ provider is published as the seed's structured ``error`` (``rate_limit_error``,
 
 The SDK is given an ``http_client`` on ``RecordingTransport``, so the LLM traffic is recorded into
 the evaluation's trace (the API key is redacted before writing); pass
-``transport=AgentReplayTransport(trace)`` to run the same evaluation offline from that trace.
+``transport=AgentReplayTransport(trace)`` to run the same evaluation offline from that trace: then
+no API key is needed (none is read, sent or recorded) and no ``base_url`` either (the recorded
+requests are matched by method, path and body).
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from typing import Any
 import httpx2
 
 from ors_lab.agents.episode import REPORTED, Episode, TextStream, error_event
-from ors_lab.agents.http import recording_http_client
+from ors_lab.agents.http import needs_credentials, recording_http_client
 from ors_lab.events import ToolInputDeltaEvent, ToolInputEndEvent, ToolInputStartEvent, ToolOutputErrorEvent
-from ors_lab.protocol.errors import ReplayMismatchError
+from ors_lab.protocol.replay import MISMATCH, REPLAY_HEADER, mismatch_error
 
 __all__ = ["OpenAIAgent", "function_tools"]
 
@@ -192,7 +194,9 @@ class OpenAIAgent:
     async def run(self, episode: Episode) -> None:
         import openai
 
-        key = self._key()  # before the HTTP client exists: a missing key leaves nothing open
+        # before the HTTP client exists: a missing key leaves nothing open. A replay needs none: the
+        # SDK is handed a stand-in, and the client sends no Authorization header (recording_http_client)
+        key = self._key() if needs_credentials(self.transport) else "not-sent"
         http_client = recording_http_client(self.transport, timeout=self.timeout)
         client = openai.AsyncOpenAI(
             base_url=self.base_url, api_key=key, http_client=http_client, max_retries=self.max_retries
@@ -251,9 +255,8 @@ def _reported(episode: Episode, exc: Exception) -> Exception:
     """The provider's failure (a replay's mismatch as a ``ReplayMismatchError``), published as the
     seed's structured error and noted so: the exception to raise."""
     response = getattr(exc, "response", None)
-    if response is not None and response.headers.get("x-ors-lab-replay") == "mismatch":
-        detail = _detail(response)
-        mismatch = ReplayMismatchError(detail, status_code=response.status_code, detail=detail)
+    if response is not None and response.headers.get(REPLAY_HEADER) == MISMATCH:
+        mismatch = mismatch_error(response.status_code, _body(response))
         mismatch.__cause__ = exc
         exc = mismatch
     episode.publish(error_event(exc, source="provider"))
@@ -278,8 +281,8 @@ async def _run_tool(episode: Episode, call: _ToolCall) -> str:
     return result.text if result.ok else f"error: {result.text}"
 
 
-def _detail(response: httpx2.Response) -> str:
+def _body(response: httpx2.Response) -> Any:
     try:
-        return str(response.json().get("detail", response.text))
+        return response.json()
     except ValueError:
         return response.text

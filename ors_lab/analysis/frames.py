@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -50,6 +51,7 @@ __all__ = [
     "Summary",
     "calls_frame",
     "episodes_frame",
+    "error_types",
     "errors_frame",
     "events_frame",
     "finished_episodes",
@@ -177,6 +179,7 @@ SUMMARY_COLUMNS: dict[str, pa.DataType] = {
     "finished_rate": _F64,
     "mean_steps": _F64,
     "errors": _I64,
+    "error_types": _STR,
     **dict.fromkeys(TOKENS, _I64),
 }
 """Then one ``pass@k`` column (double) per k of ``pass_columns``: the mean over the tasks."""
@@ -594,8 +597,8 @@ class Summary(pd.DataFrame):
             return pd.DataFrame(self).T
         shown: dict[str, str] = {}
         for name, value in pd.DataFrame(self).iloc[0].items():
-            if name in TOKENS and _missing(value):
-                continue  # tokens no agent reported
+            if name in (*TOKENS, "error_types") and _missing(value):
+                continue  # tokens no agent reported; the types of errors there were not
             shown[str(name)] = _shown(value)
         return pd.DataFrame({"value": shown})
 
@@ -616,6 +619,16 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def error_types(episodes: pd.DataFrame) -> str | None:
+    """The failed episodes' error types with their counts, the most common first
+    (``"ReplayMismatchError ×10, TimeoutError ×2"``); None when none failed."""
+    failed = episodes[episodes["error"].notna()]
+    if failed.empty:
+        return None
+    counts = Counter("error" if _missing(kind) else str(kind) for kind in failed["error_type"])
+    return ", ".join(f"{kind} ×{count}" for kind, count in counts.most_common())
+
+
 def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Summary:
     """The run in one row: episodes, tasks, mean reward and its stderr, success rate, pass@k (mean over tasks)."""
     ks = default_ks(episodes) if ks is None else ks
@@ -626,6 +639,7 @@ def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Su
         "tasks": len(tasks),
         **_aggregate(_records(episodes)),
     }
+    row["error_types"] = error_types(episodes)
     for k in ks:
         known = tasks[f"pass@{k}"].dropna()
         row[f"pass@{k}"] = mean([float(v) for v in known]) if len(known) else None

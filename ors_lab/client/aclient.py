@@ -60,7 +60,6 @@ from ors_lab.protocol.errors import (
     MalformedStreamError,
     ORSError,
     OutcomeUnknownError,
-    ReplayMismatchError,
     ResumeFailedError,
     ServerError,
     SessionClosedError,
@@ -70,6 +69,7 @@ from ors_lab.protocol.errors import (
     UnknownSplitError,
 )
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec, blocks_from_wire
+from ors_lab.protocol.replay import EPISODES, MISMATCH, RECORDED_EPISODES, REPLAY_HEADER, mismatch_error
 from ors_lab.protocol.sse import MAX_LINE_BYTES
 from ors_lab.version import __version__
 
@@ -149,6 +149,20 @@ def _task_count(body: Any) -> int:
     return count
 
 
+def _count_and_recorded(body: Any) -> tuple[int, list[tuple[int, int]] | None]:
+    """A ``num_tasks`` answer's count, and the episodes a replay recorded (``ors_lab.protocol.replay``), if any."""
+    count = _task_count(body)
+    pairs = body.get(RECORDED_EPISODES)
+    if pairs is None:
+        return count, None
+    recorded = []
+    for pair in _array(pairs, RECORDED_EPISODES):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(type(n) is int and n >= 0 for n in pair)):
+            raise TypeError(f"{RECORDED_EPISODES}: expected [task index, rollout] pairs, got {pair!r:.40}")
+        recorded.append((pair[0], pair[1]))
+    return count, sorted(recorded)
+
+
 def _tool_specs(body: Any) -> list[ToolSpec]:
     return [ToolSpec.from_wire(tool) for tool in _array(_object_field(body, "tools"), "tools")]
 
@@ -198,11 +212,16 @@ def _listing(names: list[str], limit: int = 20) -> str:
     return shown if len(names) <= limit else f"{shown}, ... ({len(names)} in all)"
 
 
-def _detail(response: httpx2.Response) -> Any:
+def _body(response: httpx2.Response) -> Any:
+    """An answer's JSON, else its text."""
     try:
-        body = response.json()
+        return response.json()
     except ValueError:
         return response.text
+
+
+def _detail(response: httpx2.Response) -> Any:
+    body = _body(response)
     return body.get("detail", body) if isinstance(body, dict) else body
 
 
@@ -496,8 +515,8 @@ class AsyncClient:
                 detail=detail,
                 **context,
             )
-        if response.headers.get("x-ors-lab-replay") == "mismatch":
-            return ReplayMismatchError(str(detail), status_code=status, detail=detail, **context)
+        if response.headers.get(REPLAY_HEADER) == MISMATCH:
+            return mismatch_error(status, _body(response), **context)
         if status == 503 and response.headers.get("x-backend-state", "").lower() == "starting":
             return EnvironmentStartingError(
                 f"{message} (still starting after {self.retry.starting_timeout:g} s)",
@@ -838,6 +857,25 @@ class AsyncEnvironment:
         count: int = await self._json("POST", "num_tasks", {"split": split}, parse=_task_count,
                                       expect='{"num_tasks": N}')  # fmt: skip
         return count
+
+    async def episodes(self, split: str, rollouts: int = 1) -> list[tuple[int, int]]:
+        """The (task index, rollout) pairs an evaluation of ``split`` runs when not told which tasks: each
+        task, ``rollouts`` times; from a replay of a trace, the pairs it holds (rollouts below ``rollouts``).
+
+        One ``POST /{env}/num_tasks`` with ``x-ors-lab-replay: episodes``: ``ReplayServer`` and
+        ``ReplayTransport`` add the pairs the trace holds to their answer; any other server answers
+        the count alone (``ors_lab.protocol.replay``).
+        """
+        __tracebackhide__ = True
+        if rollouts < 1:
+            raise ValueError(f"rollouts must be 1 or more, not {rollouts}")
+        count, recorded = await self._json(
+            "POST", "num_tasks", {"split": split}, extra_headers={REPLAY_HEADER: EPISODES},
+            parse=_count_and_recorded, expect='{"num_tasks": N}',
+        )  # fmt: skip
+        if recorded is None:
+            return [(index, rollout) for index in range(count) for rollout in range(rollouts)]
+        return [(index, rollout) for index, rollout in recorded if rollout < rollouts]
 
     async def task(self, split: str, index: int) -> Task:
         """One task by position (negative counts from the end)."""

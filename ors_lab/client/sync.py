@@ -150,6 +150,12 @@ class Environment:
         __tracebackhide__ = True
         return self._runner.run(self.aio.num_tasks(split))
 
+    def episodes(self, split: str, rollouts: int = 1) -> list[tuple[int, int]]:
+        """The (task index, rollout) pairs an evaluation of ``split`` runs when not told which tasks (each
+        task ``rollouts`` times; from a replay of a trace, the pairs it holds)."""
+        __tracebackhide__ = True
+        return self._runner.run(self.aio.episodes(split, rollouts))
+
     def task(self, split: str, index: int) -> Task:
         """One task by position (negative counts from the end)."""
         __tracebackhide__ = True

@@ -120,8 +120,8 @@ class EvalResult:
 
         lines = []
         for name, value in self.summary().iloc[0].items():
-            if name in ("environments", "splits") or (name in TOKENS and pd.isna(value)):
-                continue  # the run's own names; tokens no agent reported
+            if name in ("environments", "splits") or (name in (*TOKENS, "error_types") and pd.isna(value)):
+                continue  # the run's own names; tokens no agent reported; the types of errors there were not
             if pd.isna(value):
                 shown = "-"
             elif isinstance(value, float):
@@ -210,8 +210,9 @@ class EvalResult:
         row: Any = self.summary().iloc[0]
         passes = ", ".join(f"{name} {row[name]:.3f}" for name in pass_columns(self._ks()) if not pd.isna(row[name]))
         stderr = f" ± {row['stderr']:.3f}" if not pd.isna(row["stderr"]) else ""
+        kinds = f": {row['error_types']}" if not pd.isna(row["error_types"]) else ""
         return (
             f"EvalResult({self.environment}/{self.split}: {row['episodes']} episodes over {row['tasks']} tasks "
             f"x {self.rollouts} rollouts; mean reward {row['mean_reward']:.3f}{stderr}; {passes}; "
-            f"{row['errors']} errors)"
+            f"{row['errors']} errors{kinds})"
         )

@@ -214,10 +214,7 @@ async def _evaluate(
             subscriptions.append(events.subscribe(recorder))  # from the first request: a replay needs them all
         if o.subscribe is not None:
             subscriptions.append(events.subscribe(o.subscribe, kinds=AGENT_KINDS))
-        indices = await _task_indices(run_env, o.split, o.tasks)
-        keys = {
-            (index, rollout): (aenv.name, o.split, index, rollout) for index in indices for rollout in range(o.rollouts)
-        }
+        keys = {pair: (aenv.name, o.split, *pair) for pair in await _episodes(run_env, o.split, o.tasks, o.rollouts)}
         ending.total = len(keys)
         resumed = [done[key] for key in keys.values() if key in done]
         todo = deque(pair for pair, key in keys.items() if key not in done)
@@ -531,13 +528,22 @@ def _async_environment(env: AsyncEnvironment | Environment) -> AsyncEnvironment:
     raise TypeError(f"env must be an Environment or AsyncEnvironment (client.environment(name)), not {env!r}")
 
 
-async def _task_indices(env: AsyncEnvironment, split: str, tasks: int | Sequence[int] | None) -> list[int]:
+async def _episodes(
+    env: AsyncEnvironment, split: str, tasks: int | Sequence[int] | None, rollouts: int
+) -> list[tuple[int, int]]:
+    """The run's (task index, rollout) pairs, in order: for ``tasks=None`` what ``env.episodes`` says
+    (every task; against a replay, the episodes its trace holds), else each task named, ``rollouts`` times."""
     __tracebackhide__ = True
-    count = await env.num_tasks(split)
     if tasks is None:
-        return list(range(count))
+        return await env.episodes(split, rollouts)
+    return [(index, rollout) for index in await _task_indices(env, split, tasks) for rollout in range(rollouts)]
+
+
+async def _task_indices(env: AsyncEnvironment, split: str, tasks: int | Sequence[int]) -> list[int]:
+    __tracebackhide__ = True
     if isinstance(tasks, bool):
         raise TypeError("tasks must be None, a number of tasks, or a list of task indices")
+    count = await env.num_tasks(split)
     if isinstance(tasks, int):
         if not 0 <= tasks <= count:
             raise ValueError(f"tasks={tasks}: split {split!r} of {env.name!r} has {count} tasks")

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -88,6 +88,8 @@ PART_CHARS = 1200
 MAX_PARTS = 60
 """A transcript's parts at most: the first 8 and the latest, with the count of those left out."""
 MAX_ERRORS = 10
+ERROR_CHARS = 2000
+"""The most of an error's message the text of an ended run shows."""
 """The last errors listed."""
 INBOX_PER_SEND = 100
 """Finished transcripts handed to the front end in one update (the latest, when more finished)."""
@@ -198,6 +200,7 @@ class _Outcome:
     success: bool
     error: str | None
     tokens: tuple[int | None, int | None, int | None, int | None]
+    error_type: str | None = None
 
 
 _TOKEN_NAMES = ("input", "output", "reasoning", "cached")
@@ -416,7 +419,8 @@ class RunState(ViewState):
             key = (int(record["task_index"]), int(record["rollout"]))
             if key in self._cell:
                 tokens = tuple(record.get(f"{name}_tokens") for name in _TOKEN_NAMES)
-                outcome = _Outcome(float(record["reward"]), bool(record["success"]), record.get("error"), tokens)  # type: ignore[arg-type]
+                outcome = _Outcome(float(record["reward"]), bool(record["success"]), record.get("error"), tokens,  # type: ignore[arg-type]
+                                   record.get("error_type"))  # fmt: skip
                 self._record(key, outcome, resumed=True)
 
     def __repr__(self) -> str:
@@ -541,7 +545,7 @@ class RunState(ViewState):
         if live is not None:  # its calls' tokens, counted live, give way to the episode's totals
             self._run_tokens -= live.tokens[0] + live.tokens[1]
         self._run_tokens += (event.input_tokens or 0) + (event.output_tokens or 0)
-        self._record(key, _Outcome(event.reward, event.success, event.error, tokens), resumed=False)
+        self._record(key, _Outcome(event.reward, event.success, event.error, tokens, event.error_type), resumed=False)
         if event.error is not None:
             self.last_errors.append((f"{key[0]}/{key[1]}", event.error_type or "error", event.error))
         name = f"{key[0]}/{key[1]}"
@@ -814,7 +818,19 @@ class RunState(ViewState):
         tokens = self.tokens()
         if tokens is not None:
             line += f"  tokens {(tokens['input'] or 0) + (tokens['output'] or 0)}"
+        if self.status != "running" and self.errors and self.last_errors:
+            line += "\n" + self._errors_text()
         return line
+
+    def _errors_text(self) -> str:
+        """The run's errors once it has ended: their types with their counts, and the last one's message."""
+        kinds = Counter(o.error_type or "error" for o in self._outcomes if o is not None and o.error is not None)
+        key, kind, message = self.last_errors[-1]
+        if len(message) > ERROR_CHARS:
+            message = message[: ERROR_CHARS - 1] + "…"
+        counts = ", ".join(f"{name} ×{count}" for name, count in kinds.most_common())
+        last = "\n".join("    " + line for line in f"{kind}: {message}".splitlines())
+        return f"  errors: {counts}; the last, of task/rollout {key}:\n{last}"
 
     def summary(self) -> RunSummary:
         """The figures of the static summary."""

@@ -58,10 +58,10 @@ class TextLine:
             self._write(text)
 
     def finish(self, text: str) -> None:
-        """Show the final ``text`` and end the line."""
+        """Show the final ``text`` and end the line (on a TTY, its further lines follow it)."""
         self._write(text)
         if self.tty:
-            self.stream.write("\n")
+            self.stream.write("".join(f"\n{line}" for line in text.splitlines()[1:]) + "\n")
             self.stream.flush()
 
     def _write(self, text: str) -> None:

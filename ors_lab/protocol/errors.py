@@ -186,7 +186,30 @@ class EnvironmentStartingError(ServerError):
 
 
 class ReplayMismatchError(ServerError):
-    """A replay server or transport found no recorded request like this one; ``detail`` says why."""
+    """A replay server or transport found no recorded request like this one; ``detail`` says why.
+
+    Its fields, when the replay sent them (``ors_lab.protocol.replay``): ``asked``, the request as the
+    replay saw it; ``differs``, where it differs from what the trace holds (``body.model: "a" !=
+    recorded "b"``); ``nearest``, the nearest unplayed recorded requests; ``trace``, the trace replayed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        detail: Any = None,
+        asked: str | None = None,
+        differs: str | None = None,
+        nearest: list[str] | None = None,
+        trace: str | None = None,
+        **context: Any,
+    ) -> None:
+        super().__init__(message, status_code=status_code, detail=detail, **context)
+        self.asked = asked
+        self.differs = differs
+        self.nearest = list(nearest or [])
+        self.trace = trace
 
 
 class UnknownEnvironmentError(ServerError):

@@ -1,9 +1,9 @@
 """The agent's recorded HTTP traffic (its LLM) served back, so an evaluation re-runs offline.
 
     trace = ol.load_trace("runs/llm.parquet")
-    agent = OpenAIAgent("my-model", base_url=URL, transport=AgentReplayTransport(trace))
-    with ol.ReplayServer(trace, speed=0) as server:
-        ol.evaluate(ol.Client(server.url).environment("lab"), agent, split="test")
+    agent = OpenAIAgent("my-model", transport=AgentReplayTransport(trace))   # no key, no base_url
+    with ol.ReplayServer(trace, speed=0) as server, ol.Client(server.url) as client:
+        ol.evaluate(client.environment("lab"), agent, split="test")           # the episodes the trace holds
 
 Requests are matched within their episode: the episode running the request (the harness's
 ``CURRENT_EPISODE``) names its environment, split, task and rollout; the recorded episode with the
@@ -30,12 +30,10 @@ import pyarrow.compute as pc
 
 from ors_lab.agents.episode import CURRENT_EPISODE
 from ors_lab.analysis.trace import Trace, load_trace
-from ors_lab.replay.engine import DROP_HEADERS, MISMATCH_HEADER, Answer, body_value, difference, json_answer, short
-from ors_lab.replay.recorded import Exchange, Recording, matches
+from ors_lab.replay.engine import DROP_HEADERS, Answer, body_value, difference, mismatch_answer, short
+from ors_lab.replay.recorded import EpisodeKey, Exchange, Recording, matches, recorded_episodes
 
 __all__ = ["AgentReplayTransport"]
-
-EpisodeKey = tuple[str, str | None, int | None, int]
 
 
 @dataclass
@@ -47,13 +45,16 @@ class _Live:
 class AgentReplayTransport(httpx2.AsyncBaseTransport):
     """An httpx2 transport answering an agent's HTTP requests from a trace; see the module docstring."""
 
+    needs_credentials = False
+    """It answers from the trace: an agent on it needs no API key, and sends none (``ors_lab.agents.http``)."""
+
     def __init__(self, trace: Trace | str | os.PathLike[str]) -> None:
         self.trace = trace if isinstance(trace, Trace) else load_trace(trace)
         self.recording = Recording(self.trace, agent=True)
         self.name = str(self.trace.path)
         table = self.trace.table
         self._unclaimed: dict[EpisodeKey, deque[str]] = {}  # recorded episodes not yet replayed, in order
-        for key, sid in _recorded_episodes(table):
+        for key, sid in recorded_episodes(table):
             self._unclaimed.setdefault(key, deque()).append(sid)
         self._broken = _broken(table)
         self._live: dict[str, _Live] = {}
@@ -100,24 +101,18 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
         return _play(expected), self._broken.get(expected.seq)
 
     def _mismatch(self, what: str, differs: str, nearest: list[Exchange]) -> tuple[Answer, None]:
+        described = [e.describe() for e in nearest[:3]]
         lines = [
             f"no recorded agent request matches {what} in the trace {self.name}",
             f"what differs: {differs}",
-            "nearest unplayed recorded requests: " + ("; ".join(e.describe() for e in nearest[:3]) or "(none)"),
+            "nearest unplayed recorded requests: " + ("; ".join(described) or "(none)"),
             "to record again: run the evaluation against the live model with record=TRACE",
         ]
-        return json_answer(400, {"detail": "\n".join(lines)}, [(MISMATCH_HEADER, "mismatch")]), None
+        return mismatch_answer(lines, asked=what, differs=differs, nearest=described, trace=self.name), None
 
     def unplayed(self) -> list[str]:
         """The recorded agent requests of the replayed episodes that were never asked for."""
         return [e.describe() for live in self._live.values() for e in live.exchanges if not e.played]
-
-
-def _recorded_episodes(table: pa.Table) -> list[tuple[EpisodeKey, str]]:
-    """Every ``episode`` row's (environment, split, task, rollout) and session id, in the order written."""
-    rows = table.filter(pc.and_(pc.equal(table["kind"], "episode"), pc.equal(table["layer"], "agent")))
-    columns = rows.select(["environment", "split", "task_index", "rollout", "session_id"]).to_pylist()
-    return [((r["environment"], r["split"], r["task_index"], r["rollout"]), r["session_id"]) for r in columns]
 
 
 def _broken(table: pa.Table) -> dict[int, str]:

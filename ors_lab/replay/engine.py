@@ -14,7 +14,11 @@
   cut when it was recorded is cut again at the same place.
 - A request with no recorded match gets HTTP 400 with ``x-ors-lab-replay: mismatch`` and a message
   naming the request, the trace, the nearest unplayed recorded requests, the field that differed,
-  and how to record again; the client raises ``ReplayMismatchError`` for it.
+  and how to record again, each also a field of the JSON body; the client raises
+  ``ReplayMismatchError`` for it, with those fields.
+- ``/{env}/num_tasks`` asked with ``x-ors-lab-replay: episodes`` is answered with the recorded
+  answer plus ``recorded_episodes``, the (task index, rollout) pairs the trace holds for the split
+  (``episodes()``), so that ``evaluate(..., tasks=None)`` runs those (``ors_lab.protocol.replay``).
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ors_lab.analysis.trace import Trace, load_trace
+from ors_lab.protocol.replay import EPISODES, MISMATCH, RECORDED_EPISODES, REPLAY_HEADER
 from ors_lab.replay.faults import Fault
-from ors_lab.replay.recorded import Exchange, Item, Recording, matches
+from ors_lab.replay.recorded import Exchange, Item, Recording, matches, recorded_episodes
 
 __all__ = [
     "DROP_HEADERS",
@@ -43,10 +48,11 @@ __all__ = [
     "body_value",
     "difference",
     "json_answer",
+    "mismatch_answer",
     "short",
 ]
 
-MISMATCH_HEADER = "x-ors-lab-replay"
+MISMATCH_HEADER = REPLAY_HEADER
 STATELESS = ("/tools", "/splits", "/tasks", "/num_tasks", "/task", "/task_range")
 ROOT_STATELESS = ("/list_environments", "/version", "/health")
 DROP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "date", "server", "keep-alive"})
@@ -69,6 +75,13 @@ class Answer:
 
 def json_answer(status: int, value: Any, extra: Iterable[tuple[str, str]] = ()) -> Answer:
     return Answer(status, [*JSON_HEADERS, *extra], json.dumps(value, separators=(",", ":")).encode())
+
+
+def mismatch_answer(lines: list[str], *, asked: str, differs: str, nearest: list[str], trace: str) -> Answer:
+    """The 400 a request with no recorded match gets: the message (``detail``) and its fields
+    (``ors_lab.protocol.replay``), with ``x-ors-lab-replay: mismatch``."""
+    body = {"detail": "\n".join(lines), "asked": asked, "differs": differs, "nearest": nearest, "trace": trace}
+    return json_answer(400, body, [(MISMATCH_HEADER, MISMATCH)])
 
 
 @dataclass
@@ -106,6 +119,7 @@ class ReplayEngine:
         self._task_ids: dict[str, str] = {}  # recorded task id -> replay task id
         self._resumable: dict[str, tuple[_Live, int]] = {}  # replay task id -> (session, call)
         self._lock = threading.Lock()
+        self._episodes: dict[tuple[str, str], list[tuple[int, int]]] = {}
         creates = {s: next((e for e in ex if e.path == "/create"), None) for s, ex in self.recording.sessions.items()}
         self._creates = {sid: create for sid, create in creates.items() if create is not None}
         self._unclaimed: dict[str, deque[str]] = {}  # task identity -> recorded sessions not yet claimed
@@ -130,6 +144,8 @@ class ReplayEngine:
                 return self._delete(sid)
             if path == "/create" and method == "POST":
                 return self._create(sid, body)
+            if path.endswith("/num_tasks") and headers.get(REPLAY_HEADER) == EPISODES:
+                return self._with_episodes(self._stateless(method, path, body), path, body)
             if path in ROOT_STATELESS or path.endswith(STATELESS):
                 return self._stateless(method, path, body)
             return self._in_session(sid, method, path, body)
@@ -168,6 +184,38 @@ class ReplayEngine:
             return self._mismatch(f"{method} {path} {short(body)}", None, nearest, differs)
         exchange = next((e for e in same if not e.played), same[0])
         return self._play(exchange, None)
+
+    def _with_episodes(self, answer: Answer, path: str, body: bytes) -> Answer:
+        """A ``num_tasks`` answer with the recorded episodes of its split added (``ors_lab.protocol.replay``)."""
+        count = body_value(answer.body) if answer.status == 200 and answer.stream is None else None
+        request = body_value(body)
+        if not isinstance(count, dict) or not isinstance(request, dict):
+            return answer
+        environment = path.removesuffix("/num_tasks").lstrip("/")
+        pairs = self.episodes(environment, str(request.get("split")))
+        value = {**count, RECORDED_EPISODES: [list(pair) for pair in pairs]}
+        return Answer(answer.status, answer.headers, json.dumps(value, separators=(",", ":")).encode(),
+                      answer.head_delay)  # fmt: skip
+
+    def episodes(self, environment: str, split: str) -> list[tuple[int, int]]:
+        """The (task index, rollout) pairs the trace holds for a split of an environment, sorted.
+
+        Those of its ``episode`` rows (an evaluation's); in a trace without them, the n-th recorded
+        session of a task index counts as its rollout n.
+        """
+        found = self._episodes.get((environment, split))
+        if found is None:
+            pairs = {(index, rollout) for (env, s, index, rollout), _ in recorded_episodes(self.trace.table)
+                     if (env, s) == (environment, split) and index is not None}  # fmt: skip
+            if not pairs:
+                sessions: dict[int, int] = {}
+                for create in self._creates.values():
+                    env, s, index, _ = _task_identity(create.body)
+                    if (env, s) == (environment, split) and type(index) is int:
+                        sessions[index] = sessions.get(index, 0) + 1
+                pairs = {(index, rollout) for index, count in sessions.items() for rollout in range(count)}
+            found = self._episodes[(environment, split)] = sorted(pairs)
+        return found
 
     # -- sessions --------------------------------------------------------------------------------
 
@@ -316,14 +364,15 @@ class ReplayEngine:
         self, what: str, sid: str | None, nearest: list[Exchange], differs: str, live: _Live | None = None
     ) -> Answer:
         where = f" in session {sid} (recorded as {live.recorded})" if live is not None else ""
+        described = [e.describe() for e in nearest]
         lines = [
             f"no recorded request matches {what}{where} in the trace {self.recording.name}",
             f"what differs: {differs}",
-            "nearest unplayed recorded requests: " + ("; ".join(e.describe() for e in nearest) or "(none)"),
+            "nearest unplayed recorded requests: " + ("; ".join(described) or "(none)"),
             "to record again: run against the live server through `ors-lab proxy UPSTREAM --out TRACE` "
             "(or pytest with --ors-record-mode=all)",
         ]
-        return json_answer(400, {"detail": "\n".join(lines)}, [(MISMATCH_HEADER, "mismatch")])
+        return mismatch_answer(lines, asked=what, differs=differs, nearest=described, trace=self.recording.name)
 
     def unplayed(self) -> list[str]:
         """The recorded requests no one asked for (pings and the id allocator left out)."""

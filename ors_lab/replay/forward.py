@@ -5,7 +5,9 @@ does, and sends to the upstream, through the recording proxy, what the trace hol
 a ``/create`` whose task has no unclaimed recorded session (a new episode: then every request of
 that session goes upstream too), and stateless requests (``/tools``, ``/tasks``, ...) it never
 recorded. A request that differs inside a recorded episode is still a replay mismatch. It is the
-pytest plugin's ``new_episodes`` record mode.
+pytest plugin's ``new_episodes`` record mode. It does not list the episodes its trace holds
+(``ors_lab.protocol.replay``): an evaluation with ``tasks=None`` runs every task, and records those
+the trace lacks.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Self
 from ors_lab.analysis.trace import Trace
 from ors_lab.asgi import read_body, serve_app
 from ors_lab.events import Subscriber
+from ors_lab.protocol.replay import EPISODES, REPLAY_HEADER
 from ors_lab.recording.proxy import RecordingProxy
 from ors_lab.replay.engine import MISMATCH_HEADER, ROOT_STATELESS, STATELESS, Answer, ReplayEngine
 from ors_lab.replay.faults import Fault
@@ -38,6 +41,8 @@ class _ForwardingEngine(ReplayEngine):
         self.forwarded_sessions: set[str] = set()
 
     def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Answer:
+        if headers.get(REPLAY_HEADER) == EPISODES:  # not just the recorded episodes: the new ones are recorded here
+            headers = {name: value for name, value in headers.items() if name != REPLAY_HEADER}
         sid = (headers.get("x-session-id") or "").strip()
         if sid and sid in self.forwarded_sessions:
             raise _Forward

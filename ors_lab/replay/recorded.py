@@ -13,11 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ors_lab.analysis.trace import Trace
 from ors_lab.protocol.errors import TraceFormatError
 from ors_lab.recording.redact import REDACTED
 
-__all__ = ["Exchange", "Item", "Recording", "matches"]
+__all__ = ["EpisodeKey", "Exchange", "Item", "Recording", "matches", "recorded_episodes"]
 
 COLUMNS = [
     "run_id", "layer", "seq", "t_ns", "kind", "session_id", "call", "attempt", "exchange", "method", "url", "status",
@@ -152,6 +155,17 @@ class Recording:
         for exchange in ordered:
             if exchange.session_id is not None:
                 self.sessions.setdefault(exchange.session_id, []).append(exchange)
+
+
+EpisodeKey = tuple[str, str | None, int | None, int]
+"""An episode's environment, split, task index and rollout."""
+
+
+def recorded_episodes(table: pa.Table) -> list[tuple[EpisodeKey, str]]:
+    """Every ``episode`` row's (environment, split, task index, rollout) and session id, in the order written."""
+    rows = table.filter(pc.and_(pc.equal(table["kind"], "episode"), pc.equal(table["layer"], "agent")))
+    columns = rows.select(["environment", "split", "task_index", "rollout", "session_id"]).to_pylist()
+    return [((r["environment"], r["split"], r["task_index"], r["rollout"]), r["session_id"]) for r in columns]
 
 
 def matches(recorded: Any, live: Any) -> bool:

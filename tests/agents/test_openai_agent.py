@@ -546,3 +546,66 @@ async def test_a_given_transport_is_left_open(ors_sdk_server: Any, llm: LLMServe
         assert transport.closes == 0
     finally:
         await transport.aclose()
+
+
+# -- the committed trace, replayed as the README shows it ------------------------------------------------
+
+COMMITTED = REPO_ROOT / "recordings" / "openai-arithmetic.parquet"
+COMMITTED_MODEL = "scripted-model"
+
+
+def replay_committed(model: str, **options: Any) -> ol.EvalResult:
+    """The README's offline run: the committed trace behind a ReplayServer, and the agent's model replayed."""
+    the_agent = ol.OpenAIAgent(model, transport=ol.AgentReplayTransport(COMMITTED))
+    with ol.ReplayServer(COMMITTED, speed=0) as server, ol.Client(server.url) as client:
+        return ol.evaluate(client.environment("arithmetic"), the_agent, split="test", **options)
+
+
+@pytest.mark.parametrize("key", [None, "sk-in-the-environment"], ids=["no-key", "key-in-environment"])
+def test_a_replayed_model_needs_no_key_and_sends_none(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, key: str | None
+) -> None:
+    """With AgentReplayTransport no API key is needed, none is read from the environment, and no
+    Authorization header is sent (so none reaches the trace of the run)."""
+    if key is None:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("OPENAI_API_KEY", key)
+    path = tmp_path / "again.parquet"
+    result = replay_committed(COMMITTED_MODEL, rollouts=2, record=path, progress=False)
+    assert result.errors.empty and len(result) == 20 and result.summary()["mean_reward"].tolist() == [0.8]
+    requests = [r for r in ol.load_trace(path).table.to_pylist() if r["layer"] == "agent" and r["kind"] == "request"]
+    assert len(requests) == 20
+    assert not [r for r in requests if "authorization" in json.loads(r["headers"])]
+    assert key is None or key.encode() not in path.read_bytes()
+
+
+@pytest.mark.parametrize("rollouts", [1, 2, 3])
+def test_tasks_none_replays_the_episodes_the_committed_trace_holds(rollouts: int) -> None:
+    """tasks=None runs the trace's (task, rollout) pairs below `rollouts` (it holds 10 tasks x 2), not more."""
+    held = {(r["task_index"], r["rollout"]) for r in ol.load_trace(COMMITTED).table.to_pylist()
+            if r["kind"] == "episode" and r["layer"] == "agent"}  # fmt: skip
+    result = replay_committed(COMMITTED_MODEL, rollouts=rollouts, progress=False)
+    pairs = list(zip(result.episodes["task_index"], result.episodes["rollout"], strict=True))
+    assert pairs == sorted(pair for pair in held if pair[1] < rollouts) and result.errors.empty
+
+
+def test_another_model_name_is_reported_as_a_replay_mismatch(capsys: pytest.CaptureFixture[str]) -> None:
+    """A model name unlike the recorded one fails each episode with a ReplayMismatchError: its type and message
+    (what was asked, what the trace holds) in the errors table, its type in the summary, both in the run's text."""
+    ol.live_views("text")
+    result = replay_committed("another-model")
+    differs = 'what differs: body.model: "another-model" != recorded "scripted-model"'
+    errors = result.errors
+    assert len(errors) == 10 and set(errors["error_type"]) == {"ReplayMismatchError"}
+    for message in errors["error"]:
+        assert message.startswith("no recorded agent request matches POST /v1/chat/completions")
+        assert differs in message and str(COMMITTED) in message and "to record again" in message
+    assert result.summary()["error_types"].tolist() == ["ReplayMismatchError ×10"]
+    assert repr(result).endswith("; 10 errors: ReplayMismatchError ×10)")
+    assert "error_types      ReplayMismatchError ×10" in result.table_text()
+    shown = capsys.readouterr().err
+    line, *rest = shown[shown.rindex("eval arithmetic/test: 10/10") :].splitlines()
+    assert line.endswith("mean reward 0.000  errors 10")
+    assert rest[0].startswith("  errors: ReplayMismatchError ×10; the last, of task/rollout ")
+    assert rest[1].startswith("    ReplayMismatchError: no recorded agent request matches") and f"    {differs}" in rest

@@ -44,17 +44,20 @@ def test_the_result_is_the_trace_seen_through_the_same_builders(result: EvalResu
 
 
 def test_summary_and_repr(result: EvalResult) -> None:
-    """summary() is one row over all episodes, with the time taken; the repr says the run in one line."""
+    """summary() is one row over all episodes, with the time taken and the types of the errors; the repr says
+    the run in one line."""
     summary = result.summary().iloc[0]
     assert (summary["episodes"], summary["tasks"], summary["errors"], summary["elapsed_s"]) == (6, 2, 1, 2.0)
+    assert summary["error_types"] == "ToolError ×1"
     assert summary["mean_reward"] == pytest.approx(1 / 3)
     assert summary["pass@3"] == pytest.approx(0.5)
     assert repr(result) == (
         "EvalResult(lab/test: 6 episodes over 2 tasks x 3 rollouts; mean reward 0.333 ± 0.211; "
-        "pass@1 0.333, pass@3 0.500; 1 errors)"
+        "pass@1 0.333, pass@3 0.500; 1 errors: ToolError ×1)"
     )
     text = result.table_text()
     assert "pass@3           0.500" in text and "elapsed_s        2.0" in text
+    assert "error_types      ToolError ×1" in text
     assert "input_tokens" not in text  # no agent reported usage
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -19,7 +20,16 @@ import pyarrow.compute as pc
 import pytest
 
 import ors_lab as ol
-from ors_lab import AsyncClient, Client, Environment, Recorder, TraceExistsError, load_trace
+from ors_lab import (
+    AsyncClient,
+    Client,
+    Environment,
+    Recorder,
+    ReplayServer,
+    ReplayTransport,
+    TraceExistsError,
+    load_trace,
+)
 from ors_lab.agents.policy import Observation, ToolCall
 from ors_lab.analysis import finished_episodes
 from ors_lab.demo.agent import DemoAgent
@@ -497,6 +507,42 @@ def test_demo_agent_streams_its_reasoning_into_the_trace(demo_server: ServerProc
     # the ORS rows of the same episode are there too, under the same session id
     wire = events[(events["session_id"] == sid) & (events["layer"] != "agent")]
     assert {"request", "response", "result", "open", "close"} <= set(wire["kind"])
+
+
+@pytest.fixture(scope="module")
+def two_tasks_recorded(tmp_path_factory: pytest.TempPathFactory, demo_server: ServerProcess) -> Path:
+    """A trace of the demo agent on guessing test tasks 1 and 4 only, two rollouts each."""
+    path = tmp_path_factory.mktemp("subset") / "two-tasks.parquet"
+    with Client(demo_server.url) as client:
+        evaluate(client.environment("guessing"), DemoAgent(), split="test", tasks=[1, 4], rollouts=2, record=path,
+                 progress=False)  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("face", ["ReplayServer", "ReplayTransport"])
+@pytest.mark.parametrize(("rollouts", "pairs"), [(1, [(1, 0), (4, 0)]), (2, [(1, 0), (1, 1), (4, 0), (4, 1)])])
+def test_tasks_none_against_a_replay_runs_the_episodes_its_trace_holds(
+    two_tasks_recorded: Path, face: str, rollouts: int, pairs: list[tuple[int, int]]
+) -> None:
+    """tasks=None replays the (task, rollout) pairs the trace recorded (below `rollouts`), not all 10 tasks."""
+    with contextlib.ExitStack() as stack:
+        if face == "ReplayServer":
+            client = stack.enter_context(Client(stack.enter_context(ReplayServer(two_tasks_recorded, speed=0)).url))
+        else:
+            client = stack.enter_context(Client("http://replay", transport=ReplayTransport(two_tasks_recorded)))
+        result = evaluate(client.environment("guessing"), DemoAgent(), split="test", rollouts=rollouts,
+                          progress=False)  # fmt: skip
+    assert list(zip(result.episodes["task_index"], result.episodes["rollout"], strict=True)) == pairs
+    assert result.errors.empty and set(result.episodes["reward"]) == {1.0}
+
+
+def test_tasks_none_against_a_live_server_runs_every_task(demo_server: ServerProcess) -> None:
+    """A live server ignores the replay's header: tasks=None is every task of the split, rollouts times."""
+    with Client(demo_server.url) as client:
+        env = client.environment("guessing")
+        assert env.episodes("test", 2) == [(index, rollout) for index in range(10) for rollout in range(2)]
+        result = evaluate(env, DemoAgent(), split="test", progress=False)
+    assert list(result.episodes["task_index"]) == list(range(10))
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from ors_lab.events import (
     EpisodeEvent,
     ErrorEvent,
     Event,
+    EventStream,
     FinishEvent,
     ReasoningDeltaEvent,
     ReasoningEndEvent,
@@ -181,8 +182,10 @@ def test_synthetic_events_build_the_figures_the_grid_and_the_transcripts() -> No
     ]
     assert [p[1] for p in inbox[-1]["parts"]][-2:] == ["error", "finish"] and inbox[-1]["error"] == "the tool crashed"
     assert state.request({"transcript": "1/2"}) == {"transcript": inbox[-1]}
-    assert state.text().startswith("eval lab/test: 6/6 episodes  ")
-    assert state.text().endswith("/s  mean reward 0.417  errors 1  tokens 82")
+    line, *errors = state.text().splitlines()  # an ended run's text names its errors after the progress line
+    assert line.startswith("eval lab/test: 6/6 episodes  ")
+    assert line.endswith("/s  mean reward 0.417  errors 1  tokens 82")
+    assert errors == ["  errors: RuntimeError ×1; the last, of task/rollout 1/2:", "    RuntimeError: the tool crashed"]
 
 
 def test_live_episodes_stream_into_panes_and_the_grid() -> None:
@@ -428,6 +431,24 @@ class Lines(io.StringIO):
         if shown:
             self.seen.append(shown)
         return super().write(text)
+
+
+def test_an_ended_runs_errors_follow_its_line_on_a_terminal() -> None:
+    """On a terminal the progress line is rewritten in place; when the run ends, its errors follow it on lines
+    of their own (the types with their counts, the last error's message), not cut to the first line."""
+    state = RunState("lab", "test", [(0, 0), (1, 0)])
+    terminal = Lines()
+    view = LiveView(state, mode="text", text_stream=terminal)
+    view.attach(stream := EventStream())
+    view.show()
+    for event in [*episode(0, 0, 1.0), *episode(1, 0, 0.0, error="no recorded request matches\nwhat differs: x")]:
+        stream.publish(event)
+    state.end()
+    view.close()
+    assert terminal.getvalue().endswith(
+        "errors 1\n  errors: RuntimeError ×1; the last, of task/rollout 1/0:\n"
+        "    RuntimeError: no recorded request matches\n    what differs: x\n"
+    )
 
 
 # -- evaluate's own view ----------------------------------------------------------------------------------

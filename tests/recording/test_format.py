@@ -185,21 +185,6 @@ def test_the_documented_sql_runs_on_a_recorded_trace(demo_run: DemoRun) -> None:
     assert http_errors == [(400, "POST", f"{demo_run.url}/guessing/task", '{"detail":"Invalid index"}')]
 
 
-def test_the_documented_python_runs_on_a_recorded_trace(
-    demo_run: DemoRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every Python example that reads `run.parquet` (not the partial or recording ones) runs as written."""
-    blocks = [
-        block
-        for block in doc_blocks("python")
-        if '"run.parquet"' in block and ".parts" not in block and "Recorder(" not in block
-    ]
-    monkeypatch.chdir(tmp_path)  # nothing an example might write lands in the repository
-    assert len(blocks) >= 3
-    for block in blocks:
-        exec(block.replace('"run.parquet"', repr(str(demo_run.path))), {})
-
-
 # -- plain Parquet ------------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.recording.proxy import serve_proxy
+from ors_lab.replay.forward import ForwardingReplay
 from tests.envs import common
 from tests.recording.test_proxy import run_official
 
@@ -121,6 +123,40 @@ def test_mismatch_names_the_request_the_field_and_how_to_record(recorded: tuple[
     assert 'step({"value":2})' in message
     assert "ors-lab proxy" in message
     assert caught.value.status_code == 400
+    error = pickle.loads(pickle.dumps(caught.value))  # its fields cross processes with it
+    assert error.asked is not None and error.asked.startswith('POST /lab/call {"name":"step","input":{"value":3}')
+    assert (error.differs, error.trace) == ("input.value: 3 != recorded 2", str(path))
+    assert len(error.nearest) == 3 and 'step({"value":2})' in error.nearest[0]
+
+
+def test_a_replay_lists_the_episodes_it_holds(demo_server: Any, tmp_path: Path) -> None:
+    """Asked with x-ors-lab-replay: episodes, both faces list the trace's sessions per task index (here,
+    with no evaluation's episode rows: the n-th session of a task is its rollout n); a live server does not."""
+    path = tmp_path / "sessions.parquet"
+    with ol.Recorder(path) as rec, ol.Client(demo_server.url, recorder=rec) as client:
+        guessing = client.environment("guessing")
+        assert guessing.episodes("test", 2) == [(index, rollout) for index in range(10) for rollout in (0, 1)]
+        for index in (3, 0, 3):
+            with guessing.session(split="test", index=index) as session:
+                session.call("guess", {"number": 50})
+    with ol.ReplayServer(path, speed=0) as server, ol.Client(server.url) as client:
+        assert client.environment("guessing").episodes("test", 5) == [(0, 0), (3, 0), (3, 1)]
+    with ol.Client("http://replay", transport=ol.ReplayTransport(path)) as client:
+        assert client.environment("guessing").episodes("test") == [(0, 0), (3, 0)]
+
+
+def test_a_forwarding_replay_lists_every_task(demo_server: Any, tmp_path: Path) -> None:
+    """In the new_episodes mode (ForwardingReplay) tasks=None means every task: what the trace lacks is recorded."""
+    path = tmp_path / "one-session.parquet"
+    with ol.Recorder(path) as rec, ol.Client(demo_server.url, recorder=rec) as client:
+        guessing = client.environment("guessing")
+        guessing.num_tasks("test")
+        with guessing.session(split="test", index=3) as session:
+            session.call("guess", {"number": 50})
+    with ol.ReplayServer(path, speed=0) as server, ol.Client(server.url) as client:
+        assert client.environment("guessing").episodes("test") == [(3, 0)]
+    with ForwardingReplay(ol.load_trace(path), demo_server.url) as replay, ol.Client(replay.url) as client:
+        assert client.environment("guessing").episodes("test") == [(index, 0) for index in range(10)]
 
 
 def test_unknown_task_and_unrecorded_session(recorded: tuple[Path, list[Any]]) -> None:
