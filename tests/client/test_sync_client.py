@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -81,16 +80,19 @@ def sigint_raises() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def ctrl_c_once_running(event: Any) -> None:
+    """A real SIGINT, as Ctrl-C sends, once the server has started the tool (its ``task_id`` came)."""
+    if event.event == "task_id":
+        os.kill(os.getpid(), signal.SIGINT)
+
+
 @pytest.mark.usefixtures("sigint_raises")
 def test_keyboard_interrupt_during_a_call_deletes_the_session(ors_sdk_server: Any) -> None:
     """Ctrl-C while a sync call waits on a slow tool cancels it and deletes the session."""
     with ol.Client(ors_sdk_server.url) as client:
         session = client.environment("lab").session(split="test", index=0)
-        # a real SIGINT, as Ctrl-C sends: it also wakes the main thread blocked waiting for the call
-        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
         started = time.monotonic()
-        with pytest.raises(KeyboardInterrupt), session:
-            timer.start()
+        with client.events.subscribe(ctrl_c_once_running, kinds={"event"}), pytest.raises(KeyboardInterrupt), session:
             session.call("slow", {"seconds": 20})
         assert time.monotonic() - started < 5
         assert ping_status(ors_sdk_server.url, session.sid) == 404
