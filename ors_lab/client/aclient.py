@@ -13,6 +13,10 @@ comment, retry and session step is published on it, in order, as a typed event
 environment or session can be given a stream of its own (``client.environment(name, events=...)``,
 as an evaluation does): its events go there first, then to the client's stream.
 
+A session opens on first use (``prompt()``, ``tools()`` or ``call()`` on a new session open it, once,
+however many calls race to it) or on entering ``async with``, and then lives until it is closed: by
+``close()``, by leaving the ``async with`` block, or by the client's ``aclose()``.
+
 A session shows itself live as ``ol.live_views()`` says (``ors_lab.notebook.session``): in a
 notebook, a widget displayed where it opens and updated in place by later calls; elsewhere, one
 text line; nothing when views are off (or with ``session(..., view=False)``). The view subscribes
@@ -777,8 +781,9 @@ class AsyncEnvironment:
     ) -> AsyncSession:
         """A session on one task, by ``task=`` (a Task or its spec) or by ``split=`` and ``index=``.
 
-        Use it as ``async with env.session(split="test", index=0) as s:``; it opens on entry.
-        ``view=False``: no live view of this session, whatever ``ol.live_views()`` says (an
+        It opens on first use (``await s.call(...)``) and lives until ``close()``; or use it as
+        ``async with env.session(split="test", index=0) as s:``, which opens it on entry and deletes
+        it on exit. ``view=False``: no live view of this session, whatever ``ol.live_views()`` says (an
         evaluation's episodes, a loop over many sessions).
         """
         if task is not None and (split is not None or index is not None):
@@ -791,6 +796,8 @@ class AsyncEnvironment:
 class AsyncSession:
     """A live episode on one task: ``prompt()``, ``tools()``, ``call()``; kept alive until closed.
 
+    The first of them opens it (``open()`` and ``async with`` open it too); it is then kept alive
+    (a ping every 10 s) until ``close()``, the end of the ``async with`` block, or its client's close.
     In a notebook it shows its live view where it opens (``view``), and again when displayed.
     """
 
@@ -815,6 +822,7 @@ class AsyncSession:
         self.calls = 0
         self._secrets = dict(secrets) if secrets else None
         self._state = "new"
+        self._opening = asyncio.Lock()  # one /create, whichever first use gets there first
         self._dead: ORSError | None = None
         self._pinger: asyncio.Task[None] | None = None
         self._wants_view = view
@@ -849,7 +857,7 @@ class AsyncSession:
         return self._state == "closed" or self._dead is not None
 
     async def __aenter__(self) -> Self:
-        await self.open()
+        await self._ensure_open()
         return self
 
     async def __aexit__(
@@ -867,9 +875,24 @@ class AsyncSession:
         return await self.client._json(self.events, method, path, body, session_id=self.sid, **options)
 
     async def open(self) -> None:
-        """Create the session on the server (one request) and start its keep-alive pings."""
-        if self._state != "new":
-            raise SessionClosedError(f"the session is already {self._state}", session_id=self.sid)
+        """Create the session on the server (one request) and start its keep-alive pings.
+
+        Not needed before ``prompt()``, ``tools()`` or ``call()``: the first of them opens it.
+        """
+        async with self._opening:
+            if self._state != "new":
+                raise SessionClosedError(f"the session is already {self._state}", session_id=self.sid)
+            await self._open()
+
+    async def _ensure_open(self) -> None:
+        """Open a new session (once, whatever races to it); raise if it is closed or dead."""
+        if self._state in ("new", "opening"):  # "opening": another first use holds the lock; wait for it
+            async with self._opening:
+                if self._state == "new":
+                    await self._open()
+        self._check()
+
+    async def _open(self) -> None:
         body: dict[str, Any] = {"env_name": self.environment}
         if self.task is not None:
             body["task_spec"] = dict(self.task.spec)
@@ -947,31 +970,35 @@ class AsyncSession:
         if self._dead is not None:
             raise SessionClosedError(f"the session is dead: {self._dead.message}", session_id=self.sid)
         if self._state != "open":
-            raise SessionClosedError(f"the session is {self._state}; open it first", session_id=self.sid)
+            hint = "; start a new one with env.session(...)" if self._state == "closed" else ""
+            raise SessionClosedError(f"the session is {self._state}{hint}", session_id=self.sid)
 
     def _next_call(self) -> int:
         self.calls += 1
         return self.calls
 
     async def prompt(self) -> list[Block]:
-        """The task's prompt, as blocks."""
-        self._check()
+        """The task's prompt, as blocks (opens a new session first)."""
+        await self._ensure_open()
         blocks: list[Block] = await self._json(
             "GET", f"/{self.environment}/prompt", parse=lambda body: list(blocks_from_wire(body)), expect="[block, ...]"
         )
         return blocks
 
     async def tools(self) -> list[ToolSpec]:
-        """The tools of this session: the shared ones, then the task's own."""
-        self._check()
+        """The tools of this session: the shared ones, then the task's own (opens a new session first)."""
+        await self._ensure_open()
         tools: list[ToolSpec] = await self._json(
             "GET", f"/{self.environment}/task_tools", parse=_tool_specs, expect='{"tools": [...]}'
         )
         return tools
 
     async def call(self, name: str, input: Mapping[str, Any] | None = None) -> ToolResult:
-        """Run a tool; the ``ToolResult`` has ``ok=False`` (not an exception) for ORS logic failures."""
-        self._check()
+        """Run a tool; the ``ToolResult`` has ``ok=False`` (not an exception) for ORS logic failures.
+
+        A new session is opened first.
+        """
+        await self._ensure_open()
         return await self.client._call(self, name, input or {})
 
     async def close(self) -> None:

@@ -4,6 +4,10 @@ Each method runs its async twin to completion through a ``Runner`` (see ``runner
 client works in scripts and inside Jupyter's running loop alike, and sessions keep pinging while
 the caller is idle. Ctrl-C during a call cancels it cleanly and raises ``KeyboardInterrupt``
 (``Runner.run``); leaving a ``with session:`` block that way still deletes the session.
+
+A notebook works cell by cell: ``s = env.session(...)`` in one cell, ``s.call(...)`` in the next
+(the first call opens it), ``s.close()`` whenever. The session lives in between (its pings run on
+the kernel's loop while the kernel idles).
 """
 
 from __future__ import annotations
@@ -163,9 +167,12 @@ class Environment:
         secrets: Mapping[str, str] | None = None,
         view: bool = True,
     ) -> Session:
-        """A session on one task, by ``task=`` or by ``split=`` and ``index=``; ``with`` opens it.
+        """A session on one task, by ``task=`` or by ``split=`` and ``index=``.
 
-        ``view=False``: no live view of this session, whatever ``ol.live_views()`` says.
+        Its first ``prompt()``, ``tools()`` or ``call()`` opens it, and it lives until ``close()`` (or
+        its client's close): a notebook's cells can share it. ``with env.session(...) as s:`` is the
+        scoped form: opened on entry, deleted on exit. ``view=False``: no live view of this session,
+        whatever ``ol.live_views()`` says.
         """
         return Session(self._runner, self.aio.session(task, split=split, index=index, secrets=secrets, view=view))
 
@@ -173,8 +180,9 @@ class Environment:
 class Session:
     """A live episode on one task: ``prompt()``, ``tools()``, ``call()``; kept alive until closed.
 
-    In a notebook it shows its live view in the cell that opens it, updated in place by the calls of
-    later cells; displaying it shows the same view.
+    The first of them opens it (so do ``open()`` and ``with``). In a notebook it shows its live view
+    in the cell that opens it, updated in place by the calls of later cells; displaying it shows the
+    same view.
     """
 
     def __init__(self, runner: Runner, aio: AsyncSession) -> None:
@@ -218,7 +226,7 @@ class Session:
         return self.aio.state
 
     def __enter__(self) -> Self:
-        self.open()
+        self._runner.run(self.aio.__aenter__())
         return self
 
     def __exit__(
@@ -227,7 +235,7 @@ class Session:
         self._runner.run(self.aio.__aexit__(exc_type, exc, tb))
 
     def open(self) -> None:
-        """Create the session on the server and start its keep-alive pings."""
+        """Create the session on the server and start its keep-alive pings (the first call does it too)."""
         self._runner.run(self.aio.open())
 
     def ping(self) -> None:
@@ -235,15 +243,15 @@ class Session:
         self._runner.run(self.aio.ping())
 
     def prompt(self) -> list[Block]:
-        """The task's prompt, as blocks."""
+        """The task's prompt, as blocks (opens a new session first)."""
         return self._runner.run(self.aio.prompt())
 
     def tools(self) -> list[ToolSpec]:
-        """The tools of this session: the shared ones, then the task's own."""
+        """The tools of this session: the shared ones, then the task's own (opens a new session first)."""
         return self._runner.run(self.aio.tools())
 
     def call(self, name: str, input: Mapping[str, Any] | None = None) -> ToolResult:
-        """Run a tool; ``ok=False`` in the result (not an exception) for ORS logic failures."""
+        """Run a tool (opening a new session first); ``ok=False`` in the result for ORS logic failures."""
         return self._runner.run(self.aio.call(name, input))
 
     def close(self) -> None:

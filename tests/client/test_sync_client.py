@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -16,7 +18,10 @@ import pytest
 from nbclient import NotebookClient
 
 import ors_lab as ol
+from ors_lab.demo.launch import ServerProcess
 from tests.envs import common
+from tests.envs.counting_envs import live_sessions, sessions_made
+from tests.notebook.kernel import Kernel
 
 
 def ping_status(url: str, sid: str) -> int:
@@ -98,6 +103,42 @@ def test_keyboard_interrupt_during_a_call_deletes_the_session(ors_sdk_server: An
         assert ping_status(ors_sdk_server.url, session.sid) == 404
 
 
+def test_a_session_opens_on_its_first_call_and_lives_between_calls(reference_server: Any) -> None:
+    """Without `with`, the first call opens the session; it keeps pinging between calls until close()."""
+    with ol.Client(reference_server.url, ping_interval=0.2) as client:
+        session = client.environment("lab").session(split="test", index=0)
+        assert session.state == "new"
+        assert session.call("step", {"value": 1}).reward == common.step_result(1)[1]
+        time.sleep(0.7)  # the script idles: the session lives
+        assert session.pings >= 2 and ping_status(reference_server.url, session.sid) == 200
+        assert session.prompt()[0].text == common.lab_prompt(common.LAB_TASKS["test"][0])
+        session.close()
+        assert ping_status(reference_server.url, session.sid) == 404
+
+
+def test_two_threads_first_calls_create_one_session(counting_server: tuple[ServerProcess, Path]) -> None:
+    """Two threads calling a new session at once: the server sets up one session, and both calls are answered."""
+    server, live = counting_server
+    made = sessions_made(live)
+    with ol.Client(server.url) as client:
+        session = client.environment("lab").session(split="test", index=0)
+        go = threading.Barrier(2)
+        results: list[Any] = []
+
+        def first_call(value: int) -> None:
+            go.wait()
+            results.append(session.call("step", {"value": value}).text)
+
+        threads = [threading.Thread(target=first_call, args=(v,)) for v in (1, 2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert sorted(results) == sorted(common.step_result(v)[0] for v in (1, 2))
+        assert sessions_made(live) - made == 1
+    assert sessions_made(live) - made == 1 and not live_sessions(live)
+
+
 IN_A_RUNNING_LOOP = """
 import asyncio, sys
 import ors_lab as ol
@@ -162,3 +203,38 @@ def test_sync_client_in_a_jupyter_kernel(reference_server: Any) -> None:
     assert "application/vnd.jupyter.widget-view+json" in view.data
     assert printed["text"].strip() == "True ToolResult(ok=True, reward=1.0, finished=True, blocks=1)"
     assert int(nb.cells[1].outputs[0]["text"]) >= 3
+
+
+NOTEBOOK_CELLS = (
+    "import ors_lab as ol\n"
+    "client = ol.Client({url!r}, ping_interval=0.3)\n"
+    "session = client.environment('lab').session(split='test', index=0)\n"
+    "print(session.state)",
+    "session.call('step', {{'value': 1}})",
+    "print(session.call('step', {{'value': 2}}).reward, session.pings >= 3, session.state)",
+    "session.close()\nprint(session.state, '|', repr(session.view))",
+)
+
+
+def test_a_notebook_session_made_in_one_cell_is_called_in_the_next(counting_server: tuple[ServerProcess, Path]) -> None:
+    """In a real kernel: made in one cell, opened by the call of the next, called again after the kernel idled,
+    closed in a fourth; the server set it up once and dropped it at the close, and its live view saw it all."""
+    server, live = counting_server
+    made, before = sessions_made(live), live_sessions(live)
+    with Kernel() as kernel:
+        cells = []
+        for code in NOTEBOOK_CELLS:
+            cells.append(kernel.run(code.format(url=server.url)))
+            assert not cells[-1].problems(), cells[-1].problems()
+            if len(cells) == 1:
+                assert cells[0].stdout().strip() == "new" and sessions_made(live) == made  # nothing on the server yet
+            if len(cells) == 2:
+                assert sessions_made(live) - made == 1 and len(live_sessions(live) - before) == 1
+                time.sleep(1.0)  # the kernel idles between cells, as a notebook does
+    opened, again, closed = cells[1], cells[2], cells[3]
+    assert sessions_made(live) - made == 1 and live_sessions(live) == before
+    assert opened.widget_models(), "the view is shown in the cell that opened the session"
+    assert again.updates(opened.widget_models()[0]), "the next cell's call updates that view in place"
+    assert again.stdout().split() == [str(common.step_result(2)[1]), "True", "open"]
+    state, view = closed.stdout().split(" | ")
+    assert state == "closed" and "2 steps" in view and view.strip().endswith("closed")
