@@ -23,6 +23,9 @@ in a script, a finalizer that a garbage collection runs in the main thread as th
 Python swallows the ``KeyboardInterrupt`` ("Exception ignored in ...") and the call went on to its end.
 The script's wait also wakes every ``WAKE_EVERY`` seconds: a signal that arrives just as the main
 thread enters its wait does not wake it, and Python runs its handler only at the thread's next step.
+
+``close()`` ends the private loop as ``asyncio.run`` ends its own: every task still on it is cancelled
+and waited for (``ENDING_TIMEOUT`` at most), so a client running there closes its sessions first.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ holds the loop (see ``_SigintCancels``)."""
 
 WAKE_EVERY = 0.1
 """How often a script's sync call wakes from its wait, to run a Ctrl-C handler whose wake-up it missed."""
+
+ENDING_TIMEOUT = 5.0
+"""How long ``Runner.close`` waits for the tasks it cancels (a client's own cleanup takes at most 3 s)."""
 
 
 class _SigintCancels:
@@ -113,7 +119,7 @@ class Runner:
         except RuntimeError:
             self._loop = asyncio.new_event_loop()
             self._thread: threading.Thread | None = threading.Thread(
-                target=self._loop.run_forever, name="ors-lab-loop", daemon=True
+                target=_run_until_stopped, args=(self._loop,), name="ors-lab-loop", daemon=True
             )
             self._thread.start()
         else:
@@ -212,11 +218,42 @@ class Runner:
             self._loop.call_soon_threadsafe(tasks[0].add_done_callback, _retrieve)
 
     def close(self) -> None:
-        """Stop the private loop thread (nothing to do on a borrowed loop)."""
-        if self._thread is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
-            self._loop.close()
+        """End the private loop as ``asyncio.run`` ends its own, and stop its thread (nothing to do on a borrowed loop).
+
+        Every task still on the loop is cancelled and waited for (``ENDING_TIMEOUT`` seconds at most), so
+        the clients running there close what they hold; then the loop stops and its thread closes it.
+        """
+        thread = self._thread
+        if thread is None or not thread.is_alive() or self._loop.is_closed():
+            return
+        loop = self._loop
+        if threading.current_thread() is thread:  # from a callback on the loop itself: it cannot wait for itself
+            loop.create_task(_end_tasks(ENDING_TIMEOUT)).add_done_callback(lambda _: loop.stop())
+            return
+        ending = asyncio.run_coroutine_threadsafe(_end_tasks(ENDING_TIMEOUT), loop)
+        with contextlib.suppress(Exception):  # past the bound, synchronous code holds the loop: stop it all the same
+            ending.result(timeout=ENDING_TIMEOUT + 1)
+        with contextlib.suppress(RuntimeError):  # already closed
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+
+
+def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
+    """The private loop thread: run the loop until ``Runner.close`` stops it, then close it."""
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+async def _end_tasks(bound: float) -> None:
+    """Cancel every other task of this loop and wait for them, ``bound`` seconds at most."""
+    current = asyncio.current_task()
+    tasks = {task for task in asyncio.all_tasks() if task is not current}
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=bound)
 
 
 def _wait_for(ended: threading.Event, interrupt: _SigintCancels) -> None:

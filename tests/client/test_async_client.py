@@ -5,14 +5,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 
 import ors_lab as ol
+from ors_lab.demo.launch import ServerProcess
+from tests.conftest import REPO_ROOT
 from tests.envs import common
+from tests.envs.counting_envs import live_sessions, sessions_made
 
 
 class Sink:
@@ -311,6 +318,43 @@ async def test_closed_session_cannot_be_used(url: str) -> None:
         with pytest.raises(ol.SessionClosedError, match="already closed"):
             await session.open()
         assert len(sink.kinds("request")) == sent
+
+
+LEFT_OPEN_IN_ASYNCIO_RUN = """
+import asyncio, gc, sys
+import ors_lab as ol
+
+async def main():
+    client = ol.AsyncClient(sys.argv[1])
+    session = client.environment("lab").session(split="test", index=0)
+    print((await session.call("step", {"value": 1})).reward)
+    idle = ol.AsyncClient(sys.argv[1])  # one more, with connections and no session, dropped before the end
+    await idle.environments()
+    del idle
+    gc.collect()
+
+asyncio.run(main())
+"""
+
+
+def test_a_client_left_open_in_asyncio_run_deletes_its_sessions_without_a_warning(
+    counting_server: tuple[ServerProcess, Path],
+) -> None:
+    """An AsyncClient never closed, in asyncio.run: when the run ends its session is deleted and its connections
+    closed, silently (no "Unclosed client session" or "Unclosed connector"); a dropped one closes its own."""
+    server, live = counting_server
+    made, before = sessions_made(live), live_sessions(live)
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", LEFT_OPEN_IN_ASYNCIO_RUN, server.url],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.strip() == str(common.step_result(1)[1])
+    assert sessions_made(live) - made == 1 and live_sessions(live) == before
 
 
 async def test_session_arguments_are_checked() -> None:

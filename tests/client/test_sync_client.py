@@ -15,10 +15,13 @@ from typing import Any
 import httpx2
 import nbformat
 import pytest
+from jupyter_client.manager import start_new_kernel
 from nbclient import NotebookClient
 
 import ors_lab as ol
+from ors_lab.client.aclient import EXIT_TIMEOUT
 from ors_lab.demo.launch import ServerProcess
+from tests.conftest import REPO_ROOT
 from tests.envs import common
 from tests.envs.counting_envs import live_sessions, sessions_made
 from tests.notebook.kernel import Kernel
@@ -238,3 +241,123 @@ def test_a_notebook_session_made_in_one_cell_is_called_in_the_next(counting_serv
     assert again.stdout().split() == [str(common.step_result(2)[1]), "True", "open"]
     state, view = closed.stdout().split(" | ")
     assert state == "closed" and "2 steps" in view and view.strip().endswith("closed")
+
+
+def test_a_session_left_open_in_a_notebook_is_deleted_when_the_kernel_shuts_down(
+    counting_server: tuple[ServerProcess, Path],
+) -> None:
+    """A kernel shut down (as the notebook's Shut Down does) with a session still open deletes it on its way out."""
+    server, live = counting_server
+    before = live_sessions(live)
+    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=60)
+    try:
+        reply = kc.execute_interactive(
+            f"import ors_lab as ol\nsession = ol.Client({server.url!r}).environment('lab').session(split='test', "
+            "index=0, view=False)\nsession.call('step', {'value': 1})",
+            timeout=60,
+        )
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert len(live_sessions(live) - before) == 1
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+    assert live_sessions(live) == before
+
+
+def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter that shows every warning (``-W default``), from the repo root."""
+    return subprocess.run(
+        [sys.executable, "-W", "default", "-c", code, *args],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+LEFT_OPEN = {
+    "in a script": """
+import sys
+import ors_lab as ol
+client = ol.Client(sys.argv[1])
+session = client.environment("lab").session(split="test", index=0)
+print(session.call("step", {"value": 1}).reward)
+""",
+    "inside asyncio.run": """
+import asyncio, sys
+import ors_lab as ol
+
+async def main():
+    client = ol.Client(sys.argv[1])
+    session = client.environment("lab").session(split="test", index=0)
+    print(session.call("step", {"value": 1}).reward)
+
+asyncio.run(main())
+""",
+}
+
+
+@pytest.mark.parametrize("where", sorted(LEFT_OPEN))
+def test_a_client_left_open_at_exit_deletes_its_sessions_without_a_warning(
+    where: str, counting_server: tuple[ServerProcess, Path]
+) -> None:
+    """A sync Client never closed: the program ends silently, and the server holds none of its sessions."""
+    server, live = counting_server
+    made, before = sessions_made(live), live_sessions(live)
+    done = run_python(LEFT_OPEN[where], server.url)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.strip() == str(common.step_result(1)[1])
+    assert sessions_made(live) - made == 1 and live_sessions(live) == before
+
+
+DROPPED = """
+import gc, sys, threading, weakref
+import ors_lab as ol
+from tests.envs.counting_envs import live_sessions
+
+client = ol.Client(sys.argv[1])
+session = client.environment("lab").session(split="test", index=0)
+session.call("step", {"value": 1})
+held = len(live_sessions(sys.argv[2]))
+dropped = weakref.ref(client)
+del client, session
+gc.collect()
+loops = [t for t in threading.enumerate() if t.name == "ors-lab-loop"]
+print(dropped() is None, held - len(live_sessions(sys.argv[2])), len(loops))
+"""
+
+
+def test_a_dropped_client_deletes_its_sessions_at_once(counting_server: tuple[ServerProcess, Path]) -> None:
+    """A sync Client dropped mid-script (with its session) is collected, deletes its session then and there, stops
+    its loop thread, and the program ends silently."""
+    server, live = counting_server
+    before = live_sessions(live)
+    done = run_python(DROPPED, server.url, str(live))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.split() == ["True", "1", "0"]  # collected; one session fewer on the server; no loop thread
+    assert live_sessions(live) == before
+
+
+SERVER_GONE = """
+import time
+import ors_lab as ol
+from ors_lab.demo.launch import start
+
+server = start()
+session = ol.Client(server.url).environment("guessing").session(split="test", index=0)
+session.call("guess", {"number": 50})
+server.stop()
+print(session.sid, time.time(), flush=True)
+"""
+
+
+def test_exit_is_bounded_when_the_server_is_gone() -> None:
+    """With its server gone, a client left open gives up deleting within a few seconds, in one line per session."""
+    done = run_python(SERVER_GONE)
+    ended = time.time()
+    assert done.returncode == 0, done.stderr
+    sid, gone = done.stdout.split()
+    assert ended - float(gone) < EXIT_TIMEOUT + 2  # the exit's own share: the deletes' bound, and the interpreter's end
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ors_lab: session {sid}, left open, could not be deleted: ")
