@@ -5,6 +5,7 @@ Servers are session-scoped and started lazily, once per test session, on 127.0.0
 - `ors_sdk_server`, `openreward_server`: `tests/envs/*_envs.py` on each reference server.
 - `reference_server`: parametrised over both (ids `ors-sdk`, `openreward`).
 - `demo_server`: the bundled demo environments (`ors_lab.demo.env`) on ors-sdk.
+- `counting_server`: `lab` on ors-sdk, writing the sessions it holds to a file (`tests/envs/counting_envs.py`).
 - `cutting_proxy`: a factory, `cutting_proxy(upstream_url, **options) -> CuttingProxy`.
 """
 
@@ -19,6 +20,7 @@ import pytest
 from ors_lab.demo.launch import ServerProcess, serve
 from ors_lab.notebook import settings
 from tests.cutting_proxy import CuttingProxy
+from tests.envs.counting_envs import LIVE_FILE_VAR
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SPECS = {
@@ -56,6 +58,18 @@ def demo_server() -> Iterator[ServerProcess]:
     """The bundled demo environments (arithmetic, guessing) on the ors-sdk server."""
     with serve() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def counting_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+    """`lab` on ors-sdk, writing its live sessions to a file; yields the server and the file.
+
+    Shared by the whole run: read it as a difference (`live_sessions(file)` before and after).
+    """
+    live = tmp_path_factory.mktemp("live") / "sessions.txt"
+    env = {**_CHILD_ENV, LIVE_FILE_VAR: str(live)}
+    with serve("tests.envs.counting_envs:ENVIRONMENTS", sdk="ors-sdk", env=env) as server:
+        yield server, live
 
 
 @pytest.fixture(autouse=True)

@@ -380,3 +380,27 @@ def test_missing(ors_replay_transport):
     assert "1 recorded request(s) in recordings/test_inproc/test_echo.parquet were never asked for" in out
     assert "ors_replay_transport: no trace at recordings/test_inproc/test_missing.parquet" in out
     assert "never reached" not in out
+
+
+def _warnings(result: pytest.RunResult) -> list[str]:
+    """The warning lines a child run printed (the warnings summary's, and any written straight to stderr)."""
+    text = result.stdout.lines + result.stderr.lines
+    return [line for line in text if "Warning" in line]
+
+
+def test_the_plugin_adds_no_warning_to_a_users_project(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a project of its own (no configuration), the plugin warns nothing, even with warnings as errors; with
+    pytest-asyncio beside it, the warnings are pytest-asyncio's own ones, the same as without the plugin."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # only the plugins named below
+    pytester.makepyfile(test_trivial="def test_trivial():\n    assert 1 + 1 == 2\n")
+    alone = pytester.runpytest_subprocess("-W", "error", "-p", "ors_lab.pytest_plugin", timeout=60)
+    alone.assert_outcomes(passed=1)
+    assert _warnings(alone) == []
+    both, asyncio_alone = (
+        pytester.runpytest_subprocess("-W", "default", *plugins, timeout=60)
+        for plugins in (("-p", "pytest_asyncio.plugin", "-p", "ors_lab.pytest_plugin"), ("-p", "pytest_asyncio.plugin"))
+    )
+    both.assert_outcomes(passed=1)
+    assert _warnings(both) == _warnings(asyncio_alone)

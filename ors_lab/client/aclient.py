@@ -13,6 +13,13 @@ comment, retry and session step is published on it, in order, as a typed event
 environment or session can be given a stream of its own (``client.environment(name, events=...)``,
 as an evaluation does): its events go there first, then to the client's stream.
 
+A session opens on first use (``prompt()``, ``tools()`` or ``call()`` on a new session open it, once,
+however many calls race to it) or on entering ``async with``, and then lives until it is closed: by
+``close()``, by leaving the ``async with`` block, by the client's ``aclose()``, or by the client's own
+end. A client left open closes itself when its event loop ends (``asyncio.run`` cancels its remaining
+tasks), when it is dropped, or at interpreter exit: its sessions are deleted and its connections
+closed, without warnings (``_ExitGuard``).
+
 A session shows itself live as ``ol.live_views()`` says (``ors_lab.notebook.session``): in a
 notebook, a widget displayed where it opens and updated in place by later calls; elsewhere, one
 text line; nothing when views are off (or with ``session(..., view=False)``). The view subscribes
@@ -26,9 +33,12 @@ import base64
 import contextlib
 import dataclasses
 import json
+import logging
 import os
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -76,7 +86,9 @@ from ors_lab.version import __version__
 if TYPE_CHECKING:
     from ors_lab.notebook.session import SessionView
 
-__all__ = ["DEFAULT_TIMEOUT", "DELETE_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession"]
+__all__ = ["DEFAULT_TIMEOUT", "DELETE_TIMEOUT", "EXIT_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = httpx2.Timeout(60.0, connect=10.0)
 """Per network step: 10 s to connect, 60 s for each read (including a /call's response to start)."""
@@ -95,6 +107,12 @@ DELETE_TIMEOUT = 10.0
 """The most a session's delete takes, its retries included: how long Ctrl-C or a cancel can wait on a
 server that does not answer (a live one answers in milliseconds; deletes of several sessions run at once)."""
 DELETE_ATTEMPTS = 3
+EXIT_TIMEOUT = 3.0
+"""The most a client closed for its user (left open when its loop ends, dropped, at exit) waits for its deletes."""
+CLOSING_DELETES = 64
+"""How many sessions a client's close deletes at once."""
+LOGGED_FAILURES = 3
+"""A client closed for its user logs this many failed deletes one by one, the rest as a count."""
 
 
 def _dumps(value: Any) -> bytes:
@@ -225,11 +243,123 @@ def _detail(response: httpx2.Response) -> Any:
     return body.get("detail", body) if isinstance(body, dict) else body
 
 
+class _ExitGuard:
+    """Closes a client left open: when its event loop ends, when it is dropped, or when the interpreter exits.
+
+    It holds the client's set of open sessions and its transport, never the client, so a dropped client
+    is still collected. On the client's first request in an event loop it starts a task there that only
+    waits to be cancelled: ``asyncio.run`` cancels every task left once its coroutine returns, and waits
+    for them (a sync client's private loop ends the same way); ``finish``, the client's finalizer, cancels
+    it when the client is dropped or the interpreter exits. Cancelled, the task deletes the sessions still
+    open (``CLOSING_DELETES`` at a time, ``EXIT_TIMEOUT`` seconds in all; a delete that fails is logged),
+    then closes the connections.
+    """
+
+    def __init__(self, sessions: set[AsyncSession], transport: httpx2.AsyncBaseTransport) -> None:
+        self.sessions = sessions
+        self.transport = transport
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The loop watched (kept after its end, so that the requests of its last cleanups do not re-arm)."""
+        self.task: asyncio.Task[None] | None = None
+
+    def arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Watch ``loop``, the running one, where the client makes its first request."""
+        self.loop = loop
+        self.task = loop.create_task(self._watch(), name="ors-lab client guard")
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop.create_future()
+        if self.task is not asyncio.current_task():
+            return  # stood down by aclose(), which closed everything itself
+        deadline = loop.time() + EXIT_TIMEOUT
+        failures: list[tuple[AsyncSession, BaseException]] = []
+        while True:
+            try:
+                failures = await self.close(max(deadline - loop.time(), 0.5))
+            except asyncio.CancelledError:  # cancelled again, as its loop ends: a close cancelled before it began
+                if self.sessions and loop.time() < deadline:  # left its session open; close those again
+                    continue
+            break
+        for session, error in failures[:LOGGED_FAILURES]:
+            log.warning("ors_lab: session %s, left open, could not be deleted: %s", session.sid, describe_error(error))
+        if len(failures) > LOGGED_FAILURES:
+            log.warning("ors_lab: %d more sessions left open could not be deleted", len(failures) - LOGGED_FAILURES)
+
+    async def close(self, bound: float) -> list[tuple[AsyncSession, BaseException]]:
+        """Delete the open sessions (``CLOSING_DELETES`` at a time, ``bound`` seconds in all), then the connections.
+
+        Returns the sessions whose delete failed, with the error. Called by ``aclose()`` it also stands
+        the watching task down (the next request arms a new one).
+        """
+        sessions = list(self.sessions)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bound
+        turns = asyncio.Semaphore(CLOSING_DELETES)
+
+        async def close(session: AsyncSession) -> None:
+            async with turns:
+                await session._close(max(deadline - loop.time(), 0.1))
+
+        try:
+            results = await asyncio.gather(*(close(session) for session in sessions), return_exceptions=True)
+        finally:
+            await self.transport.aclose()
+            task = self.task
+            if task is not asyncio.current_task():
+                self.task = self.loop = None
+                if task is not None:
+                    task.cancel()
+        return [(session, result) for session, result in zip(sessions, results, strict=True)
+                if isinstance(result, BaseException)]  # fmt: skip
+
+    def finish(self) -> None:
+        """Close now, from any thread: the client was dropped, or the interpreter exits (its finalizer).
+
+        The watching task is cancelled on its loop and, where this thread can wait for it, waited for
+        (``EXIT_TIMEOUT`` + 1 seconds at most): on a loop running in another thread (a sync client's), or
+        on a loop that no longer runs (a notebook kernel's, at exit). On the loop's own thread the loop
+        runs the cleanup next. Nothing to do when the client never ran, was closed, or its loop is gone.
+        """
+        task = self.task
+        if task is None or task.done():
+            return
+        loop = task.get_loop()
+        if loop.is_closed():
+            return
+        if not loop.is_running():
+            task.cancel()
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(asyncio.wait({task}, timeout=EXIT_TIMEOUT + 1))
+            return
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if here:  # the loop runs the cleanup once this finalizer is done
+            loop.call_soon(task.cancel)
+            return
+        ended = threading.Event()
+
+        def cancel() -> None:  # on the loop's thread
+            task.add_done_callback(lambda _: ended.set())
+            task.cancel()
+
+        with contextlib.suppress(RuntimeError):  # closed meanwhile
+            loop.call_soon_threadsafe(cancel)
+            ended.wait(EXIT_TIMEOUT + 1)
+
+
 class AsyncClient:
     """An ORS server, from asyncio code. ``async with AsyncClient(url) as client: ...``.
 
     ``events`` is the client's ``EventStream``; ``recorder=`` subscribes a ``Recorder`` (or any
     subscriber) to it for the client's life.
+
+    ``async with`` (or ``aclose()``) closes it; one left open closes itself when its event loop ends
+    (as ``asyncio.run`` ends it), when it is dropped, or at interpreter exit: its open sessions are
+    deleted (``EXIT_TIMEOUT`` seconds at most) and its connections closed.
 
     ``max_result_bytes`` bounds one /call result (the UTF-8 size of its JSON; default 256 MiB) and
     ``max_line_bytes`` one SSE line of a /call stream (default 16 MiB; ORS servers send lines of
@@ -303,6 +433,8 @@ class AsyncClient:
         self.ping_interval = ping_interval
         self._flavor: str | None = None
         self._sessions: set[AsyncSession] = set()
+        self._guard = _ExitGuard(self._sessions, self._transport)
+        weakref.finalize(self, self._guard.finish)
 
     def __repr__(self) -> str:
         return f"AsyncClient({self.base_url!r})"
@@ -315,11 +447,14 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close every session still open, then the connections."""
+        """Close every session still open (their deletes at once), then the connections.
+
+        A delete that failed raises its error once everything is closed (the first, if several did).
+        """
         __tracebackhide__ = True
-        for session in list(self._sessions):
-            await session.close()
-        await self._http.aclose()
+        failures = await self._guard.close(DELETE_TIMEOUT)
+        if failures:
+            raise failures[0][1]
 
     # -- stateless endpoints -------------------------------------------------------------------
 
@@ -447,6 +582,9 @@ class AsyncClient:
         ``MalformedResponseError`` for a body that cannot be decoded.
         """
         __tracebackhide__ = True
+        loop = asyncio.get_running_loop()
+        if self._guard.loop is not loop:  # the first request on this loop: close what is left open when it ends
+            self._guard.arm(loop)
         tap = None
         if events.active:
             tap = ExchangeTap(events, session_id=session_id, call=call, attempt=attempt)
@@ -910,8 +1048,9 @@ class AsyncEnvironment:
     ) -> AsyncSession:
         """A session on one task, by ``task=`` (a Task or its spec) or by ``split=`` and ``index=``.
 
-        Use it as ``async with env.session(split="test", index=0) as s:``; it opens on entry.
-        ``view=False``: no live view of this session, whatever ``ol.live_views()`` says (an
+        It opens on first use (``await s.call(...)``) and lives until ``close()``; or use it as
+        ``async with env.session(split="test", index=0) as s:``, which opens it on entry and deletes
+        it on exit. ``view=False``: no live view of this session, whatever ``ol.live_views()`` says (an
         evaluation's episodes, a loop over many sessions).
         """
         if task is not None and (split is not None or index is not None):
@@ -924,6 +1063,8 @@ class AsyncEnvironment:
 class AsyncSession:
     """A live episode on one task: ``prompt()``, ``tools()``, ``call()``; kept alive until closed.
 
+    The first of them opens it (``open()`` and ``async with`` open it too); it is then kept alive
+    (a ping every 10 s) until ``close()``, the end of the ``async with`` block, or its client's end.
     In a notebook it shows its live view where it opens (``view``), and again when displayed.
     """
 
@@ -950,6 +1091,7 @@ class AsyncSession:
         self.calls = 0
         self._secrets = dict(secrets) if secrets else None
         self._state = "new"
+        self._opening = asyncio.Lock()  # one /create, whichever first use gets there first
         self._dead: ORSError | None = None
         self._pinger: asyncio.Task[None] | None = None
         self._wants_view = view
@@ -985,7 +1127,7 @@ class AsyncSession:
 
     async def __aenter__(self) -> Self:
         __tracebackhide__ = True
-        await self.open()
+        await self._ensure_open()
         return self
 
     async def __aexit__(
@@ -1005,10 +1147,27 @@ class AsyncSession:
         return await self.client._json(self.events, method, path, body, session_id=self.sid, **options)
 
     async def open(self) -> None:
-        """Create the session on the server (one request) and start its keep-alive pings."""
+        """Create the session on the server (one request) and start its keep-alive pings.
+
+        Not needed before ``prompt()``, ``tools()`` or ``call()``: the first of them opens it.
+        """
         __tracebackhide__ = True
-        if self._state != "new":
-            raise SessionClosedError(f"the session is already {self._state}", session_id=self.sid)
+        async with self._opening:
+            if self._state != "new":
+                raise SessionClosedError(f"the session is already {self._state}", session_id=self.sid)
+            await self._open()
+
+    async def _ensure_open(self) -> None:
+        """Open a new session (once, whatever races to it); raise if it is closed or dead."""
+        __tracebackhide__ = True
+        if self._state in ("new", "opening"):  # "opening": another first use holds the lock; wait for it
+            async with self._opening:
+                if self._state == "new":
+                    await self._open()
+        self._check()
+
+    async def _open(self) -> None:
+        __tracebackhide__ = True
         body: dict[str, Any] = {"env_name": self.environment}
         if self.task is not None:
             body["task_spec"] = dict(self.task.spec)
@@ -1099,25 +1258,26 @@ class AsyncSession:
         if self._dead is not None:
             raise SessionClosedError(f"the session is dead: {self._dead.message}", session_id=self.sid)
         if self._state != "open":
-            raise SessionClosedError(f"the session is {self._state}; open it first", session_id=self.sid)
+            hint = "; start a new one with env.session(...)" if self._state == "closed" else ""
+            raise SessionClosedError(f"the session is {self._state}{hint}", session_id=self.sid)
 
     def _next_call(self) -> int:
         self.calls += 1
         return self.calls
 
     async def prompt(self) -> list[Block]:
-        """The task's prompt, as blocks."""
+        """The task's prompt, as blocks (opens a new session first)."""
         __tracebackhide__ = True
-        self._check()
+        await self._ensure_open()
         blocks: list[Block] = await self._json(
             "GET", f"/{self.environment}/prompt", parse=lambda body: list(blocks_from_wire(body)), expect="[block, ...]"
         )
         return blocks
 
     async def tools(self) -> list[ToolSpec]:
-        """The tools of this session: the shared ones, then the task's own."""
+        """The tools of this session: the shared ones, then the task's own (opens a new session first)."""
         __tracebackhide__ = True
-        self._check()
+        await self._ensure_open()
         tools: list[ToolSpec] = await self._json(
             "GET", f"/{self.environment}/task_tools", parse=_tool_specs, expect='{"tools": [...]}'
         )
@@ -1127,10 +1287,11 @@ class AsyncSession:
     async def call(self, name: str, input: Mapping[str, Any] | None = None) -> ToolResult:
         """Run a tool; the ``ToolResult`` has ``ok=False`` (not an exception) for ORS logic failures.
 
-        For a tool the session does not have, its ``error`` names the tool and lists the session's tools.
+        A new session is opened first. For a tool the session does not have, its ``error`` names the tool
+        and lists the session's tools.
         """
         __tracebackhide__ = True
-        self._check()
+        await self._ensure_open()
         result = await self.client._call(self, name, input or {})
         if not result.ok and (result.reason == "not_found" or (result.error or "").endswith("is not a valid tool")):
             result = await self._name_the_tools(result, name)
@@ -1158,6 +1319,11 @@ class AsyncSession:
         answered in time).
         """
         __tracebackhide__ = True
+        await self._close(DELETE_TIMEOUT)
+
+    async def _close(self, bound: float) -> None:
+        """``close()``, its delete given ``bound`` seconds at most."""
+        __tracebackhide__ = True
         if self._state in ("closed", "new"):
             self._state = "closed"
             return
@@ -1167,7 +1333,7 @@ class AsyncSession:
         if pinger is not None:
             pinger.cancel()
         try:
-            await outlast_cancel(self._delete())
+            await outlast_cancel(self._delete(bound))
         finally:
             self._end_view()
 
@@ -1176,12 +1342,12 @@ class AsyncSession:
         if self.view is not None:
             self.view.close()
 
-    async def _delete(self) -> None:
+    async def _delete(self, bound: float) -> None:
         """``POST /delete`` until the server confirms it (or no longer knows the session), then the close event."""
         __tracebackhide__ = True
         error: Exception | None = None
         try:
-            async with asyncio.timeout(DELETE_TIMEOUT):
+            async with asyncio.timeout(bound):
                 for attempt in range(1, DELETE_ATTEMPTS + 1):
                     try:
                         await self._json("POST", "/delete")
@@ -1197,7 +1363,7 @@ class AsyncSession:
                     break
         except TimeoutError as exc:
             error = OutcomeUnknownError(
-                f"the server did not confirm deleting the session within {DELETE_TIMEOUT:g} s "
+                f"the server did not confirm deleting the session within {bound:g} s "
                 f"(last error: {describe_error(error) if error is not None else 'none'}); it may still hold "
                 "the session until it reaps it (900 s without a ping)",
                 session_id=self.sid,

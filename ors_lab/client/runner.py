@@ -16,9 +16,16 @@ ipykernel 7 (``shared/notebook-testing.md``).
 Ctrl-C (and the notebook's stop button, which sends SIGINT) becomes a cancel of the running call:
 its cleanup runs as a cancelled task's does (sessions deleted, a trace closed), more Ctrl-C do not
 cut it short (``CLEANUP_TIMEOUT`` bounds the wait), then a bare ``KeyboardInterrupt`` is raised from
-``run``. In a script the signal reaches the main thread waiting on the loop thread; on Jupyter's loop
-a handler is installed for the call's duration so that the signal never raises inside the loop's
-tasks (the library's, aiohttp's or the kernel's own, which could kill the kernel).
+``run``. For the call's duration a handler of ours takes SIGINT (on the main thread; in a script only
+in place of Python's default one), so the signal never raises inside whatever code happens to run:
+on Jupyter's loop, the library's, aiohttp's or the kernel's own tasks (which could kill the kernel);
+in a script, a finalizer that a garbage collection runs in the main thread as the call starts, where
+Python swallows the ``KeyboardInterrupt`` ("Exception ignored in ...") and the call went on to its end.
+The script's wait also wakes every ``WAKE_EVERY`` seconds: a signal that arrives just as the main
+thread enters its wait does not wake it, and Python runs its handler only at the thread's next step.
+
+``close()`` ends the private loop as ``asyncio.run`` ends its own: every task still on it is cancelled
+and waited for (``ENDING_TIMEOUT`` at most), so a client running there closes its sessions first.
 """
 
 from __future__ import annotations
@@ -45,6 +52,12 @@ BLOCKED_AFTER = 2.0
 """After a first Ctrl-C whose cancel the loop has not run for this long, the next one interrupts whatever
 holds the loop (see ``_SigintCancels``)."""
 
+WAKE_EVERY = 0.1
+"""How often a script's sync call wakes from its wait, to run a Ctrl-C handler whose wake-up it missed."""
+
+ENDING_TIMEOUT = 5.0
+"""How long ``Runner.close`` waits for the tasks it cancels (a client's own cleanup takes at most 3 s)."""
+
 
 class _SigintCancels:
     """While a nested run lasts, Ctrl-C cancels its task instead of raising ``KeyboardInterrupt`` wherever
@@ -54,7 +67,8 @@ class _SigintCancels:
     loop has still not run the cancel ``BLOCKED_AFTER`` seconds after the first: then synchronous code
     holds the loop (an agent calling ``time.sleep``), and the SIGINT raises ``KeyboardInterrupt`` where
     it stands, as Python would. Only on the main thread, only when no other run of ours already listens,
-    and never when SIGINT is ignored.
+    and never when SIGINT is ignored; with ``default_only``, only in place of Python's default handler
+    (a script's own handler keeps SIGINT).
     """
 
     active = False
@@ -63,15 +77,16 @@ class _SigintCancels:
         self.loop = loop
         self.task: asyncio.Future[Any] | None = None
         self.requested = self.delivered = False
-        self._first = 0.0
+        self.first = 0.0
+        """When the first SIGINT came (``time.monotonic()``)."""
         self._previous: Any = None
         self._installed = False
 
-    def install(self) -> None:
+    def install(self, *, default_only: bool = False) -> None:
         if _SigintCancels.active or threading.current_thread() is not threading.main_thread():
             return
         previous = signal.getsignal(signal.SIGINT)
-        if previous in (signal.SIG_IGN, None):
+        if previous in (signal.SIG_IGN, None) or (default_only and previous is not signal.default_int_handler):
             return
         self._previous = previous
         signal.signal(signal.SIGINT, self._on_sigint)
@@ -84,10 +99,10 @@ class _SigintCancels:
 
     def _on_sigint(self, signum: int, frame: object) -> None:
         if self.requested:
-            if not self.delivered and time.monotonic() - self._first > BLOCKED_AFTER:
+            if not self.delivered and time.monotonic() - self.first > BLOCKED_AFTER:
                 raise KeyboardInterrupt  # synchronous code holds the loop: interrupt it where it stands
             return
-        self.requested, self._first = True, time.monotonic()
+        self.requested, self.first = True, time.monotonic()
         self.loop.call_soon_threadsafe(self._deliver)
 
     def _deliver(self) -> None:  # on the loop, which only runs once the task is made
@@ -105,7 +120,7 @@ class Runner:
         except RuntimeError:
             self._loop = asyncio.new_event_loop()
             self._thread: threading.Thread | None = threading.Thread(
-                target=self._loop.run_forever, name="ors-lab-loop", daemon=True
+                target=_run_until_stopped, args=(self._loop,), name="ors-lab-loop", daemon=True
             )
             self._thread.start()
         else:
@@ -129,9 +144,9 @@ class Runner:
 
         Ctrl-C cancels it: the coroutine unwinds as a cancelled task does (deleting its sessions,
         closing a trace), ``run`` waits for that (``CLEANUP_TIMEOUT`` seconds at most; more Ctrl-C
-        meanwhile do not cut it short), then raises a bare ``KeyboardInterrupt``. On Jupyter's loop
-        the signal is turned into the cancel (see ``_SigintCancels``), so it never lands inside
-        the library's or the kernel's own code.
+        meanwhile do not cut it short), then raises a bare ``KeyboardInterrupt``. The signal is turned
+        into the cancel (see ``_SigintCancels``), so it never lands inside the library's, the kernel's
+        or a finalizer's code.
 
         An exception of ``coro`` is raised as it is, its traceback without the event loop's frames
         (``_without_loop_frames``); the runner's frames are hidden from pytest's and IPython's tracebacks.
@@ -169,11 +184,17 @@ class Runner:
 
     def _run_in_thread(self, coro: Coroutine[Any, Any, T]) -> T:
         __tracebackhide__ = True
+        interrupt = _SigintCancels(self._loop)
+        interrupt.install(default_only=True)  # first: from here on a Ctrl-C is recorded, never raised mid-way
         ended = threading.Event()
         tasks: list[asyncio.Task[T]] = []
 
         def start() -> None:  # on the loop thread
-            task = self._loop.create_task(coro)
+            if interrupt.requested:  # Ctrl-C came before the call began: it never starts
+                coro.close()
+                ended.set()
+                return
+            task = interrupt.task = self._loop.create_task(coro)
             task.add_done_callback(lambda _: ended.set())
             tasks.append(task)
 
@@ -186,12 +207,16 @@ class Runner:
 
         try:
             self._loop.call_soon_threadsafe(start)
-            ended.wait()
-        except KeyboardInterrupt:
+            _wait_for(ended, interrupt)
+        except KeyboardInterrupt:  # raised here all the same: SIGINT is not ours, or a Ctrl-C found the loop held
             self._loop.call_soon_threadsafe(cancel)
             _wait_through_interrupts(ended, CLEANUP_TIMEOUT)
-            if tasks and tasks[0].done():
-                _retrieve(tasks[0])
+            self._retrieve_later(tasks)
+            raise KeyboardInterrupt from None
+        finally:
+            interrupt.uninstall()
+        if interrupt.requested:
+            self._retrieve_later(tasks)
             raise KeyboardInterrupt from None
         task = tasks[0]
         error = None if task.cancelled() else task.exception()
@@ -199,12 +224,59 @@ class Runner:
             raise error.with_traceback(_without_loop_frames(error.__traceback__))
         return task.result()
 
+    def _retrieve_later(self, tasks: list[asyncio.Task[T]]) -> None:
+        """Mark an interrupted call's error as seen, now or (cleanup still running) when it ends."""
+        if tasks:
+            self._loop.call_soon_threadsafe(tasks[0].add_done_callback, _retrieve)
+
     def close(self) -> None:
-        """Stop the private loop thread (nothing to do on a borrowed loop)."""
-        if self._thread is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
-            self._loop.close()
+        """End the private loop as ``asyncio.run`` ends its own, and stop its thread (nothing to do on a borrowed loop).
+
+        Every task still on the loop is cancelled and waited for (``ENDING_TIMEOUT`` seconds at most), so
+        the clients running there close what they hold; then the loop stops and its thread closes it.
+        """
+        thread = self._thread
+        if thread is None or not thread.is_alive() or self._loop.is_closed():
+            return
+        loop = self._loop
+        if threading.current_thread() is thread:  # from a callback on the loop itself: it cannot wait for itself
+            loop.create_task(_end_tasks(ENDING_TIMEOUT)).add_done_callback(lambda _: loop.stop())
+            return
+        ending = asyncio.run_coroutine_threadsafe(_end_tasks(ENDING_TIMEOUT), loop)
+        with contextlib.suppress(Exception):  # past the bound, synchronous code holds the loop: stop it all the same
+            ending.result(timeout=ENDING_TIMEOUT + 1)
+        with contextlib.suppress(RuntimeError):  # already closed
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+
+
+def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
+    """The private loop thread: run the loop until ``Runner.close`` stops it, then close it."""
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+async def _end_tasks(bound: float) -> None:
+    """Cancel every other task of this loop and wait for them, ``bound`` seconds at most."""
+    current = asyncio.current_task()
+    tasks = {task for task in asyncio.all_tasks() if task is not current}
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=bound)
+
+
+def _wait_for(ended: threading.Event, interrupt: _SigintCancels) -> None:
+    """Wait for ``ended``; after a Ctrl-C, ``CLEANUP_TIMEOUT`` seconds at most.
+
+    It wakes every ``WAKE_EVERY`` seconds: a SIGINT that arrives as the thread enters the wait does not
+    interrupt it, and its handler runs only at the thread's next Python step.
+    """
+    while not ended.wait(WAKE_EVERY):
+        if interrupt.requested and time.monotonic() - interrupt.first > CLEANUP_TIMEOUT:
+            return
 
 
 def _wait_through_interrupts(ended: threading.Event, bound: float) -> None:

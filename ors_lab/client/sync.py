@@ -4,10 +4,16 @@ Each method runs its async twin to completion through a ``Runner`` (see ``runner
 client works in scripts and inside Jupyter's running loop alike, and sessions keep pinging while
 the caller is idle. Ctrl-C during a call cancels it cleanly and raises ``KeyboardInterrupt``
 (``Runner.run``); leaving a ``with session:`` block that way still deletes the session.
+
+A notebook works cell by cell: ``s = env.session(...)`` in one cell, ``s.call(...)`` in the next
+(the first call opens it), ``s.close()`` whenever. The session lives in between (its pings run on
+the kernel's loop while the kernel idles). A client closes what it holds when it is closed, dropped
+(with every environment and session made from it) or left open at interpreter exit (a finalizer).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -42,6 +48,10 @@ class Client:
     Takes the same arguments as ``AsyncClient`` (``timeout``, ``request_timeout`` and ``call_timeout``
     bound a network step, an exchange and a whole ``call()``: see there); ``client.aio`` is the async
     client underneath, and ``client.events`` its event stream. It raises the same typed errors.
+
+    ``with`` (or ``close()``) closes it. One left open closes itself once nothing refers to it (nor to
+    an environment or session made from it) and at interpreter exit: its sessions are deleted and its
+    connections closed, in a few seconds at most, without a warning.
     """
 
     def __init__(
@@ -80,6 +90,7 @@ class Client:
         )
         self.base_url = self.aio.base_url
         self.events = self.aio.events
+        self._finalizer = weakref.finalize(self, _close_left_open, self._runner, self.aio)
 
     def __repr__(self) -> str:
         return f"Client({self.base_url!r})"
@@ -98,6 +109,7 @@ class Client:
     def close(self) -> None:
         """Close every session still open, then the connections."""
         __tracebackhide__ = True
+        self._finalizer.detach()
         try:
             self._runner.run(self.aio.aclose())
         finally:
@@ -115,14 +127,21 @@ class Client:
 
     def environment(self, name: str, *, events: EventStream | None = None) -> Environment:
         """One environment by name (no request is made until you use it); ``events`` as in ``AsyncClient``."""
-        return Environment(self._runner, self.aio.environment(name, events=events))
+        return Environment(self, self.aio.environment(name, events=events))
+
+
+def _close_left_open(runner: Runner, aio: AsyncClient) -> None:
+    """A client's finalizer (it was dropped, or the interpreter exits): close what it holds, end its loop."""
+    aio._guard.finish()
+    runner.close()
 
 
 class Environment:
     """One environment on a server: its splits, tasks and tools, and sessions on its tasks."""
 
-    def __init__(self, runner: Runner, aio: AsyncEnvironment) -> None:
-        self._runner = runner
+    def __init__(self, client: Client, aio: AsyncEnvironment) -> None:
+        self._client = client  # kept: the client lives (and keeps its sessions) while this does
+        self._runner = client.runner
         self.aio = aio
         self.name = aio.name
         self.events = aio.events
@@ -180,22 +199,27 @@ class Environment:
         secrets: Mapping[str, str] | None = None,
         view: bool = True,
     ) -> Session:
-        """A session on one task, by ``task=`` or by ``split=`` and ``index=``; ``with`` opens it.
+        """A session on one task, by ``task=`` or by ``split=`` and ``index=``.
 
-        ``view=False``: no live view of this session, whatever ``ol.live_views()`` says.
+        Its first ``prompt()``, ``tools()`` or ``call()`` opens it, and it lives until ``close()`` (or
+        its client's end): a notebook's cells can share it. ``with env.session(...) as s:`` is the
+        scoped form: opened on entry, deleted on exit. ``view=False``: no live view of this session,
+        whatever ``ol.live_views()`` says.
         """
-        return Session(self._runner, self.aio.session(task, split=split, index=index, secrets=secrets, view=view))
+        return Session(self._client, self.aio.session(task, split=split, index=index, secrets=secrets, view=view))
 
 
 class Session:
     """A live episode on one task: ``prompt()``, ``tools()``, ``call()``; kept alive until closed.
 
-    In a notebook it shows its live view in the cell that opens it, updated in place by the calls of
-    later cells; displaying it shows the same view.
+    The first of them opens it (so do ``open()`` and ``with``). In a notebook it shows its live view
+    in the cell that opens it, updated in place by the calls of later cells; displaying it shows the
+    same view.
     """
 
-    def __init__(self, runner: Runner, aio: AsyncSession) -> None:
-        self._runner = runner
+    def __init__(self, client: Client, aio: AsyncSession) -> None:
+        self._client = client  # kept: the client lives (and keeps this session open) while this does
+        self._runner = client.runner
         self.aio = aio
         self.sid = aio.sid
         self.environment = aio.environment
@@ -235,7 +259,7 @@ class Session:
         return self.aio.state
 
     def __enter__(self) -> Self:
-        self.open()
+        self._runner.run(self.aio.__aenter__())
         return self
 
     def __exit__(
@@ -245,7 +269,7 @@ class Session:
         self._runner.run(self.aio.__aexit__(exc_type, exc, tb))
 
     def open(self) -> None:
-        """Create the session on the server and start its keep-alive pings."""
+        """Create the session on the server and start its keep-alive pings (the first call does it too)."""
         __tracebackhide__ = True
         self._runner.run(self.aio.open())
 
@@ -255,17 +279,17 @@ class Session:
         self._runner.run(self.aio.ping())
 
     def prompt(self) -> list[Block]:
-        """The task's prompt, as blocks."""
+        """The task's prompt, as blocks (opens a new session first)."""
         __tracebackhide__ = True
         return self._runner.run(self.aio.prompt())
 
     def tools(self) -> list[ToolSpec]:
-        """The tools of this session: the shared ones, then the task's own."""
+        """The tools of this session: the shared ones, then the task's own (opens a new session first)."""
         __tracebackhide__ = True
         return self._runner.run(self.aio.tools())
 
     def call(self, name: str, input: Mapping[str, Any] | None = None) -> ToolResult:
-        """Run a tool; ``ok=False`` in the result (not an exception) for ORS logic failures."""
+        """Run a tool (opening a new session first); ``ok=False`` in the result for ORS logic failures."""
         __tracebackhide__ = True
         return self._runner.run(self.aio.call(name, input))
 

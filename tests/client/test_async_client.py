@@ -5,14 +5,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 
 import ors_lab as ol
+from ors_lab.demo.launch import ServerProcess
+from tests.conftest import REPO_ROOT
 from tests.envs import common
+from tests.envs.counting_envs import live_sessions, sessions_made
 
 
 class Sink:
@@ -260,17 +267,95 @@ async def test_session_is_deleted_on_exception_and_cancel(url: str) -> None:
         assert await raw_ping(url, sids[0]) == 404
 
 
-async def test_closed_session_cannot_be_used(url: str) -> None:
-    """Calls on a closed session raise SessionClosedError without touching the network."""
-    async with ol.AsyncClient(url) as client:
+def creates(sink: Sink) -> list[Any]:
+    """The /create requests the client sent."""
+    return [r for r in sink.kinds("request") if httpx2.URL(r.url).path == "/create"]
+
+
+@pytest.mark.parametrize("first", ["prompt", "tools", "call"])
+async def test_a_new_session_opens_on_first_use(url: str, first: str) -> None:
+    """prompt(), tools() or call() on a new session opens it (one /create); it then lives until close()."""
+    sink = Sink()
+    async with ol.AsyncClient(url, recorder=sink, ping_interval=0.1) as client:
         session = client.environment("lab").session(split="test", index=0)
-        with pytest.raises(ol.SessionClosedError, match="open it first"):
-            await session.call("step", {"value": 1})
+        uses = {"prompt": session.prompt, "tools": session.tools, "call": lambda: session.call("step", {"value": 1})}
+        await uses[first]()
+        assert session.state == "open"
+        await asyncio.sleep(0.5)  # it lives between uses: its pings go on
+        assert session.pings >= 2 and await raw_ping(url, session.sid) == 200
+        result = await session.call("submit", {"answer": common.LAB_TASKS["test"][0]["answer"]})
+        assert (result.reward, result.finished) == (1.0, True)
+        await session.close()
+    assert len(creates(sink)) == 1
+    assert await raw_ping(url, session.sid) == 404
+
+
+async def test_two_first_calls_racing_create_one_session(url: str) -> None:
+    """Two first uses at once on a new session send one /create between them, and both are answered."""
+    sink = Sink()
+    async with ol.AsyncClient(url, recorder=sink) as client:
+        session = client.environment("echo").session(split="dev", index=0)
+        first, second = await asyncio.gather(session.call("echo", {"text": "a"}), session.call("echo", {"text": "b"}))
+        assert (first.text, second.text) == ("a", "b")
+        assert len(creates(sink)) == 1
+        async with session:  # the scoped form takes over an open session: entered as it is, deleted on exit
+            assert len(creates(sink)) == 1
+    assert session.state == "closed"
+    assert await raw_ping(url, session.sid) == 404
+
+
+async def test_closed_session_cannot_be_used(url: str) -> None:
+    """Calls on a closed session raise SessionClosedError, saying to start a new one, without touching the network."""
+    sink = Sink()
+    async with ol.AsyncClient(url, recorder=sink) as client:
+        session = client.environment("lab").session(split="test", index=0)
         async with session:
             pass
-        await session.close()
-        with pytest.raises(ol.SessionClosedError):
+        sent = len(sink.kinds("request"))
+        with pytest.raises(ol.SessionClosedError, match=r"closed; start a new one with env\.session"):
             await session.prompt()
+        with pytest.raises(ol.SessionClosedError, match="closed"):
+            await session.call("step", {"value": 1})
+        with pytest.raises(ol.SessionClosedError, match="already closed"):
+            await session.open()
+        assert len(sink.kinds("request")) == sent
+
+
+LEFT_OPEN_IN_ASYNCIO_RUN = """
+import asyncio, gc, sys
+import ors_lab as ol
+
+async def main():
+    client = ol.AsyncClient(sys.argv[1])
+    session = client.environment("lab").session(split="test", index=0)
+    print((await session.call("step", {"value": 1})).reward)
+    idle = ol.AsyncClient(sys.argv[1])  # one more, with connections and no session, dropped before the end
+    await idle.environments()
+    del idle
+    gc.collect()
+
+asyncio.run(main())
+"""
+
+
+def test_a_client_left_open_in_asyncio_run_deletes_its_sessions_without_a_warning(
+    counting_server: tuple[ServerProcess, Path],
+) -> None:
+    """An AsyncClient never closed, in asyncio.run: when the run ends its session is deleted and its connections
+    closed, silently (no "Unclosed client session" or "Unclosed connector"); a dropped one closes its own."""
+    server, live = counting_server
+    made, before = sessions_made(live), live_sessions(live)
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", LEFT_OPEN_IN_ASYNCIO_RUN, server.url],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.strip() == str(common.step_result(1)[1])
+    assert sessions_made(live) - made == 1 and live_sessions(live) == before
 
 
 async def test_session_arguments_are_checked() -> None:

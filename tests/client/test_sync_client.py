@@ -9,15 +9,22 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import nbformat
 import pytest
+from jupyter_client.manager import start_new_kernel
 from nbclient import NotebookClient
 
 import ors_lab as ol
+from ors_lab.client.aclient import EXIT_TIMEOUT
+from ors_lab.demo.launch import ServerProcess
+from tests.conftest import REPO_ROOT
 from tests.envs import common
+from tests.envs.counting_envs import live_sessions, sessions_made
+from tests.notebook.kernel import Kernel
 
 
 def ping_status(url: str, sid: str) -> int:
@@ -81,19 +88,58 @@ def sigint_raises() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def ctrl_c_once_running(event: Any) -> None:
+    """A real SIGINT, as Ctrl-C sends, once the server has started the tool (its ``task_id`` came)."""
+    if event.event == "task_id":
+        os.kill(os.getpid(), signal.SIGINT)
+
+
 @pytest.mark.usefixtures("sigint_raises")
 def test_keyboard_interrupt_during_a_call_deletes_the_session(ors_sdk_server: Any) -> None:
     """Ctrl-C while a sync call waits on a slow tool cancels it and deletes the session."""
     with ol.Client(ors_sdk_server.url) as client:
         session = client.environment("lab").session(split="test", index=0)
-        # a real SIGINT, as Ctrl-C sends: it also wakes the main thread blocked waiting for the call
-        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
         started = time.monotonic()
-        with pytest.raises(KeyboardInterrupt), session:
-            timer.start()
+        with client.events.subscribe(ctrl_c_once_running, kinds={"event"}), pytest.raises(KeyboardInterrupt), session:
             session.call("slow", {"seconds": 20})
         assert time.monotonic() - started < 5
         assert ping_status(ors_sdk_server.url, session.sid) == 404
+
+
+def test_a_session_opens_on_its_first_call_and_lives_between_calls(reference_server: Any) -> None:
+    """Without `with`, the first call opens the session; it keeps pinging between calls until close()."""
+    with ol.Client(reference_server.url, ping_interval=0.2) as client:
+        session = client.environment("lab").session(split="test", index=0)
+        assert session.state == "new"
+        assert session.call("step", {"value": 1}).reward == common.step_result(1)[1]
+        time.sleep(0.7)  # the script idles: the session lives
+        assert session.pings >= 2 and ping_status(reference_server.url, session.sid) == 200
+        assert session.prompt()[0].text == common.lab_prompt(common.LAB_TASKS["test"][0])
+        session.close()
+        assert ping_status(reference_server.url, session.sid) == 404
+
+
+def test_two_threads_first_calls_create_one_session(counting_server: tuple[ServerProcess, Path]) -> None:
+    """Two threads calling a new session at once: the server sets up one session, and both calls are answered."""
+    server, live = counting_server
+    made = sessions_made(live)
+    with ol.Client(server.url) as client:
+        session = client.environment("lab").session(split="test", index=0)
+        go = threading.Barrier(2)
+        results: list[Any] = []
+
+        def first_call(value: int) -> None:
+            go.wait()
+            results.append(session.call("step", {"value": value}).text)
+
+        threads = [threading.Thread(target=first_call, args=(v,)) for v in (1, 2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert sorted(results) == sorted(common.step_result(v)[0] for v in (1, 2))
+        assert sessions_made(live) - made == 1
+    assert sessions_made(live) - made == 1 and not live_sessions(live)
 
 
 IN_A_RUNNING_LOOP = """
@@ -160,3 +206,158 @@ def test_sync_client_in_a_jupyter_kernel(reference_server: Any) -> None:
     assert "application/vnd.jupyter.widget-view+json" in view.data
     assert printed["text"].strip() == "True ToolResult(ok=True, reward=1.0, finished=True, blocks=1)"
     assert int(nb.cells[1].outputs[0]["text"]) >= 3
+
+
+NOTEBOOK_CELLS = (
+    "import ors_lab as ol\n"
+    "client = ol.Client({url!r}, ping_interval=0.3)\n"
+    "session = client.environment('lab').session(split='test', index=0)\n"
+    "print(session.state)",
+    "session.call('step', {{'value': 1}})",
+    "print(session.call('step', {{'value': 2}}).reward, session.pings >= 3, session.state)",
+    "session.close()\nprint(session.state, '|', repr(session.view))",
+)
+
+
+def test_a_notebook_session_made_in_one_cell_is_called_in_the_next(counting_server: tuple[ServerProcess, Path]) -> None:
+    """In a real kernel: made in one cell, opened by the call of the next, called again after the kernel idled,
+    closed in a fourth; the server set it up once and dropped it at the close, and its live view saw it all."""
+    server, live = counting_server
+    made, before = sessions_made(live), live_sessions(live)
+    with Kernel() as kernel:
+        cells = []
+        for code in NOTEBOOK_CELLS:
+            cells.append(kernel.run(code.format(url=server.url)))
+            assert not cells[-1].problems(), cells[-1].problems()
+            if len(cells) == 1:
+                assert cells[0].stdout().strip() == "new" and sessions_made(live) == made  # nothing on the server yet
+            if len(cells) == 2:
+                assert sessions_made(live) - made == 1 and len(live_sessions(live) - before) == 1
+                time.sleep(1.0)  # the kernel idles between cells, as a notebook does
+    opened, again, closed = cells[1], cells[2], cells[3]
+    assert sessions_made(live) - made == 1 and live_sessions(live) == before
+    assert opened.widget_models(), "the view is shown in the cell that opened the session"
+    assert again.updates(opened.widget_models()[0]), "the next cell's call updates that view in place"
+    assert again.stdout().split() == [str(common.step_result(2)[1]), "True", "open"]
+    state, view = closed.stdout().split(" | ")
+    assert state == "closed" and "2 steps" in view and view.strip().endswith("closed")
+
+
+def test_a_session_left_open_in_a_notebook_is_deleted_when_the_kernel_shuts_down(
+    counting_server: tuple[ServerProcess, Path],
+) -> None:
+    """A kernel shut down (as the notebook's Shut Down does) with a session still open deletes it on its way out."""
+    server, live = counting_server
+    before = live_sessions(live)
+    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=60)
+    try:
+        reply = kc.execute_interactive(
+            f"import ors_lab as ol\nsession = ol.Client({server.url!r}).environment('lab').session(split='test', "
+            "index=0, view=False)\nsession.call('step', {'value': 1})",
+            timeout=60,
+        )
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert len(live_sessions(live) - before) == 1
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+    assert live_sessions(live) == before
+
+
+def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter that shows every warning (``-W default``), from the repo root."""
+    return subprocess.run(
+        [sys.executable, "-W", "default", "-c", code, *args],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+LEFT_OPEN = {
+    "in a script": """
+import sys
+import ors_lab as ol
+client = ol.Client(sys.argv[1])
+session = client.environment("lab").session(split="test", index=0)
+print(session.call("step", {"value": 1}).reward)
+""",
+    "inside asyncio.run": """
+import asyncio, sys
+import ors_lab as ol
+
+async def main():
+    client = ol.Client(sys.argv[1])
+    session = client.environment("lab").session(split="test", index=0)
+    print(session.call("step", {"value": 1}).reward)
+
+asyncio.run(main())
+""",
+}
+
+
+@pytest.mark.parametrize("where", sorted(LEFT_OPEN))
+def test_a_client_left_open_at_exit_deletes_its_sessions_without_a_warning(
+    where: str, counting_server: tuple[ServerProcess, Path]
+) -> None:
+    """A sync Client never closed: the program ends silently, and the server holds none of its sessions."""
+    server, live = counting_server
+    made, before = sessions_made(live), live_sessions(live)
+    done = run_python(LEFT_OPEN[where], server.url)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.strip() == str(common.step_result(1)[1])
+    assert sessions_made(live) - made == 1 and live_sessions(live) == before
+
+
+DROPPED = """
+import gc, sys, threading, weakref
+import ors_lab as ol
+from tests.envs.counting_envs import live_sessions
+
+client = ol.Client(sys.argv[1])
+session = client.environment("lab").session(split="test", index=0)
+session.call("step", {"value": 1})
+held = len(live_sessions(sys.argv[2]))
+dropped = weakref.ref(client)
+del client, session
+gc.collect()
+loops = [t for t in threading.enumerate() if t.name == "ors-lab-loop"]
+print(dropped() is None, held - len(live_sessions(sys.argv[2])), len(loops))
+"""
+
+
+def test_a_dropped_client_deletes_its_sessions_at_once(counting_server: tuple[ServerProcess, Path]) -> None:
+    """A sync Client dropped mid-script (with its session) is collected, deletes its session then and there, stops
+    its loop thread, and the program ends silently."""
+    server, live = counting_server
+    before = live_sessions(live)
+    done = run_python(DROPPED, server.url, str(live))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.split() == ["True", "1", "0"]  # collected; one session fewer on the server; no loop thread
+    assert live_sessions(live) == before
+
+
+SERVER_GONE = """
+import time
+import ors_lab as ol
+from ors_lab.demo.launch import start
+
+server = start()
+session = ol.Client(server.url).environment("guessing").session(split="test", index=0)
+session.call("guess", {"number": 50})
+server.stop()
+print(session.sid, time.time(), flush=True)
+"""
+
+
+def test_exit_is_bounded_when_the_server_is_gone() -> None:
+    """With its server gone, a client left open gives up deleting within a few seconds, in one line per session."""
+    done = run_python(SERVER_GONE)
+    ended = time.time()
+    assert done.returncode == 0, done.stderr
+    sid, gone = done.stdout.split()
+    assert ended - float(gone) < EXIT_TIMEOUT + 2  # the exit's own share: the deletes' bound, and the interpreter's end
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ors_lab: session {sid}, left open, could not be deleted: ")

@@ -3,7 +3,8 @@
 Serve with `serve("tests.envs.counting_envs:ENVIRONMENTS", sdk="ors-sdk", env={LIVE_FILE_VAR: path, ...})`.
 The server appends one line to the file at `path` when a session's environment is set up (`+ID`)
 and one when it is torn down (`- ID`): what the server itself holds, whatever the client believes.
-`live_sessions(path)` reads the count. Tasks, tools and rewards are those of `tests/envs/ors_sdk_envs.py`.
+`live_sessions(path)` reads the count, `sessions_made(path)` how many were set up. Tasks, tools and
+rewards are those of `tests/envs/ors_sdk_envs.py`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ def live_sessions(path: str | os.PathLike[str]) -> set[str]:
     made = {line[1:] for line in lines if line.startswith("+")}
     gone = {line[1:] for line in lines if line.startswith("-")}
     return made - gone
+
+
+def sessions_made(path: str | os.PathLike[str]) -> int:
+    """How many sessions the server has set up so far, as the file at `path` records them."""
+    try:
+        return sum(line.startswith("+") for line in Path(path).read_text().split())
+    except FileNotFoundError:
+        return 0
 
 
 def _mark(line: str) -> None:

@@ -31,11 +31,11 @@ from ors_lab import Recorder
 from ors_lab.analysis.show import summarize
 from ors_lab.client import aclient
 from ors_lab.client.aclient import DELETE_ATTEMPTS
-from ors_lab.demo.launch import ServerProcess, serve
+from ors_lab.demo.launch import ServerProcess
 from ors_lab.evaluation import aevaluate
 from ors_lab.replay.check import check_trace
-from tests.conftest import _CHILD_ENV, REPO_ROOT
-from tests.envs.counting_envs import LIVE_FILE_VAR, live_sessions
+from tests.conftest import REPO_ROOT
+from tests.envs.counting_envs import live_sessions
 from tests.scripted_server import Answer, scripted_server
 
 SEED = 16
@@ -79,15 +79,6 @@ class Tally:
 
     def add(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-
-
-@pytest.fixture(scope="module")
-def counting_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
-    """`lab` on ors-sdk, writing its live sessions to a file; yields the server and the file."""
-    live = tmp_path_factory.mktemp("live") / "sessions.txt"
-    env = {**_CHILD_ENV, LIVE_FILE_VAR: str(live)}
-    with serve("tests.envs.counting_envs:ENVIRONMENTS", sdk="ors-sdk", env=env) as server:
-        yield server, live
 
 
 @pytest.fixture(scope="module")
