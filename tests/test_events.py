@@ -236,7 +236,7 @@ def test_subscribing_while_another_thread_publishes() -> None:
 
 
 def test_agent_events_come_back_from_their_wire_form() -> None:
-    """`agent_event` is `to_wire()` backwards (an episode's from its `record()`), with what the wire leaves out given."""
+    """`agent_event` is `to_wire()` backwards (an episode's: its `record()`), given what the wire leaves out."""
     made: list[ev.AgentEvent] = [
         ev.StartEvent(session_id="s", rollout=1, message_id="s", environment="lab", split="train", task_index=2),
         ev.BlockStartEvent(session_id="s", rollout=1, block_id="b", block_name="turn 1"),

@@ -220,9 +220,12 @@ def report_data(trace: Trace, *, timelines: int = TIMELINES, detail_bytes: int =
             f"It holds the timelines and transcripts of {detailed:,} of its {count:,} episodes: the failed ones first "
             f"({len(failed):,} in all), then in the list's order. The list, the figures, the grids and the charts "
             "cover every episode.")  # fmt: skip
-    left_out = (f"This report holds the timelines and transcripts of {detailed:,} of the {count:,} episodes, not this "
-                f"one's. Its rows are in the trace: display it in a notebook (load_trace(path).view()), or make a "
-                f"report that holds more (ors-lab report TRACE --timelines {count}).")  # fmt: skip
+    budget = f"{detail_bytes / 2**20:.0f} MB"
+    hint = (f"make a report that holds more (ors-lab report TRACE --timelines {count})" if detailed == timelines
+            else f"see it in a notebook: a report holds about {budget} of them at most")  # fmt: skip
+    left_out = (f"This report holds the timelines and transcripts of {detailed:,} of the {count:,} episodes (the "
+                f"failed ones first), not this one's. Its rows are in the trace: display the trace in a notebook "
+                f"(load_trace(path).view()), or {hint}.")  # fmt: skip
     run_parts = []
     for n, run in enumerate(runs):
         assert run.state is not None
@@ -248,7 +251,11 @@ def report_data(trace: Trace, *, timelines: int = TIMELINES, detail_bytes: int =
         "trace": {"mount": "ors-lab-trace", "data": viewer.snapshot()},
         "list": listed,
         "chunk": [chunk_of.get(row["key"], -1) for row in listed],
-        "notes": {"timeline": left_out, "transcript": left_out},
+        "notes": {
+            "timeline": left_out,
+            "transcript": left_out,
+            "no_transcript": "The trace holds no agent events of this episode.",
+        },
     }
     name = Path(trace.path).name
     created = trace.metadata.get("created") or "-"
@@ -331,7 +338,8 @@ def _feed(table: pa.Table, runs: list[_Run], detailed: set[str], *, partial: boo
         run = run_of[sid]
         now[0] = run.last_t = row["t_ns"] / 1e9
         if run.state is None:
-            keys = list(dict.fromkeys(zip(run.episodes["task_index"].astype(int), run.episodes["rollout"].astype(int),
+            planned = run.episodes[run.episodes["task_index"].notna()]
+            keys = list(dict.fromkeys(zip(planned["task_index"].astype(int), planned["rollout"].astype(int),
                                           strict=True)))  # fmt: skip
             run.state = RunState(run.environment, run.split, keys, agent=run.agent, clock=clock)
             run.state.id = f"report-{runs.index(run)}"

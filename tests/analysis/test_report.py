@@ -125,7 +125,8 @@ def test_the_report_holds_what_the_viewer_and_the_dashboard_make(recorded: Recor
     assert {"block", "reasoning", "text", "tool", "output", "reward", "finish"} <= reasons
     (run,) = data.head["runs"]
     episodes = recorded.result.episodes
-    assert run["sessions"] == {f"{e['task_index']}/{e['rollout']}": e["session_id"] for e in episodes.to_dict("records")}
+    assert run["sessions"] == {f"{e['task_index']}/{e['rollout']}": e["session_id"]
+                               for e in episodes.to_dict("records")}  # fmt: skip
     assert run["data"]["grid"]["cells"].count("x") == ROLLOUTS and run["data"]["status"] == "finished"
 
 
@@ -156,7 +157,7 @@ def test_a_report_holds_the_failed_timelines_first_and_says_what_it_left_out(rec
     kept = [row["key"] for row, n in zip(rows, chunk, strict=True) if n >= 0]
     failed = [row["key"] for row in rows if row["error"]]
     first_other = next(row["key"] for row in rows if not row["error"])
-    assert data.detailed == 3 and sorted(kept) == sorted([*failed, first_other]) and sorted(chunks_of(data)) == sorted(kept)
+    assert data.detailed == 3 and sorted(kept) == sorted([*failed, first_other]) == sorted(chunks_of(data))
     assert data.held.startswith(f"It holds the timelines and transcripts of 3 of its {2 * len(TRAIN)} episodes")
     assert f"ors-lab report TRACE --timelines {2 * len(TRAIN)}" in data.head["notes"]["timeline"]
     assert report_data(trace, timelines=0).detailed == 0
@@ -172,6 +173,8 @@ def test_details_come_in_chunks_within_a_budget(recorded: Recorded, monkeypatch:
     assert len(data.chunks) == data.detailed == 2 * len(TRAIN) and sorted(data.head["chunk"]) == list(range(6))
     budget = report_data(trace, detail_bytes=1)
     assert budget.detailed == len(budget.chunks) == 1
+    assert "--timelines" not in budget.head["notes"]["timeline"]  # more timelines would not help: the budget is spent
+    assert "display the trace in a notebook (load_trace(path).view())" in budget.head["notes"]["timeline"]
 
 
 def test_the_page_is_one_file_that_fetches_nothing(tmp_path: Path) -> None:

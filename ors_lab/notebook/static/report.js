@@ -62,8 +62,9 @@ ORS.report = async () => {
       const key = run.sessions[message.transcript];
       const found = key === undefined ? null : await detail(key);
       if (found && found.transcript) return { transcript: found.transcript };
-      return { transcript: { key: message.transcript,
-        missing: key === undefined ? "not an episode of this run" : head.notes.transcript } };
+      const missing = key === undefined ? "not an episode of this run"
+        : found ? head.notes.no_transcript : head.notes.transcript;
+      return { transcript: { key: message.transcript, missing } };
     });
     ORS.draw(document.getElementById(run.mount), model);
   }
