@@ -491,6 +491,8 @@ def report_html(data: ReportData) -> str:
 <h1>{escape(data.title)}</h1>
 <p class="ol-dim">A report of a recorded run. It draws itself in the browser, offline: it needs no network and no
 kernel.</p>
+<noscript><p class="ol-err">Scripts are off here (a mail reader's preview?): this is the page's static summary.
+Open the file in a browser to see the dashboards and every episode's timeline.</p></noscript>
 <p class="ol-page-held">{escape(data.held)}</p>
 {data.summary}
 {"<h2>Evaluations</h2>" if data.runs else ""}
