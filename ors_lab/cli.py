@@ -16,6 +16,9 @@
   one): sessions, calls by tool, rewards, latency percentiles, pings and errors.
 - ``ors-lab replay TRACE --port P --speed S [--fault F]``: serve a trace as an ORS server on 127.0.0.1
   (speed 0: no waiting; faults as in ``ors_lab.replay.faults``); prints what went unplayed at the end.
+- ``ors-lab report TRACE [-o RUN.html] [--timelines N]``: write the run's report, one self-contained
+  HTML file (summary, dashboards, per-task tables, episodes with their timelines and transcripts)
+  that opens offline in any browser; an existing file at ``-o`` is replaced.
 - ``ors-lab check TRACE [--ping-interval S]``: check every ``/call`` stream of a trace against the
   ORS protocol; prints one line per violation and a summary, exits 1 when there is any.
 
@@ -144,6 +147,15 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from ors_lab.analysis.trace import load_trace
+
+    trace = load_trace(args.trace)
+    out = Path(args.out) if args.out else Path(args.trace).with_suffix(".html")
+    print(trace.to_html(out, timelines=args.timelines).describe())
+    return 0
+
+
 def _check(args: argparse.Namespace) -> int:
     from ors_lab.analysis.trace import load_trace
     from ors_lab.replay.check import call_streams, check_trace, format_violations
@@ -197,6 +209,17 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number, 1 or more, not {text!r}")
+    return value
+
+
+def _whole(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, not {text!r}")
     return value
 
 
@@ -303,6 +326,14 @@ def _parser() -> argparse.ArgumentParser:
     show = commands.add_parser("show", help="print a summary of a recorded trace")
     show.add_argument("trace", help="the trace file (its .parts directory is read if the recording never closed)")
     show.set_defaults(run=_show)
+    report = commands.add_parser("report", help="write a recorded run's report: one HTML file to share, offline")
+    report.add_argument("trace", help="the trace file (its .parts directory is read if the recording never closed)")
+    report.add_argument("-o", "--out", metavar="HTML",
+                        help="the page to write, replaced if there (default: the trace's name with .html)")  # fmt: skip
+    report.add_argument("--timelines", type=_whole, default=None, metavar="N",
+                        help="hold the timelines and transcripts of N episodes at most, the failed ones first "
+                        "(default: 2000)")  # fmt: skip
+    report.set_defaults(run=_report)
     check = commands.add_parser("check", help="check every /call stream of a trace against the ORS protocol")
     check.add_argument("trace", help="the trace file (its .parts directory is read if the recording never closed)")
     check.add_argument(

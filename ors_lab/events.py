@@ -29,7 +29,8 @@ There is one type per kind of ``docs/trace-format.md``::
       episode              EpisodeEvent            the episode's outcome (ours: the last event of an episode)
 
 Fields are the trace's column names where a column holds them (``session_id``, ``call``,
-``status``, ``data``, ...), and the seed's names in snake case otherwise. Every event carries
+``status``, ``data``, ...), and the seed's names in snake case otherwise. ``agent_event(kind,
+wire, ...)`` is ``to_wire()`` backwards: a trace's agent rows (or a feed's) made events again. Every event carries
 ``t_ns``, the monotonic clock when it was made; ``wall_time(t_ns)`` turns it into the wall clock,
 the same way in every subscriber. Events are handed to every subscriber as they are: treat them as
 read-only.
@@ -51,7 +52,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 __all__ = [
@@ -96,6 +97,7 @@ __all__ = [
     "ToolOutputErrorEvent",
     "UsageEvent",
     "WireEvent",
+    "agent_event",
     "compact_json",
     "wall_ns",
     "wall_time",
@@ -681,11 +683,13 @@ class EpisodeEvent(AgentEvent):
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
     cached_tokens: int | None = None
+    agent: str | None = None
+    """How the run names its agent (its class and model, or its name): what the dashboard and a report show."""
 
     RECORD: ClassVar[tuple[str, ...]] = (
         "environment", "split", "task_index", "rollout", "session_id", "reward", "total_reward", "final_reward",
         "finished", "success", "finish_reason", "steps", "duration_s", "started", "error", "error_type",
-        "input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens",
+        "input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens", "agent",
     )  # fmt: skip
 
     def record(self) -> dict[str, Any]:
@@ -719,6 +723,35 @@ EVENT_TYPES: dict[str, type[Event]] = {
 """Every kind, and its event type."""
 AGENT_KINDS = tuple(kind for kind, cls in EVENT_TYPES.items() if issubclass(cls, AgentEvent))
 """The kinds of the agent stream vocabulary (layer ``agent``)."""
+
+_WIRE_NAMES = {"cachedInputTokens": "cached_tokens"}
+"""The seed's names that are not the field's name in camel case."""
+_FIELDS: dict[str, frozenset[str]] = {
+    kind: frozenset(f.name for f in fields(cls) if f.name != "t_ns") for kind, cls in EVENT_TYPES.items()
+}
+
+
+def agent_event(kind: str, wire: Mapping[str, Any], **context: Any) -> AgentEvent:
+    """The agent event of ``kind`` back from its ``wire`` form: ``to_wire()`` (camel case), or for an
+    ``episode`` its ``record()`` (snake case), as a trace's ``data`` or a live feed holds it.
+
+    ``context`` gives what the wire form leaves out (``session_id``, ``rollout``, ``t_ns``; a tool
+    call's ``tool`` and ``call``; a start's ``environment``, ``split`` and ``task_index``: the
+    trace's columns); a None in it is left out, and a key the event does not have is ignored.
+    ``agent_event(e.kind, e.to_wire(), session_id=e.session_id, ...)`` equals ``e``. A kind that is
+    not of the agent vocabulary is a ``ValueError``; a wire form lacking a field its type needs, a
+    ``TypeError``.
+    """
+    cls = EVENT_TYPES.get(kind)
+    if cls is None or not issubclass(cls, AgentEvent):
+        raise ValueError(f"not an agent event kind: {kind!r}; the agent kinds: {', '.join(AGENT_KINDS)}")
+    names = _FIELDS[kind]
+    values = {name: value for name, value in context.items() if value is not None and (name in names or name == "t_ns")}
+    for key, value in wire.items():
+        name = _WIRE_NAMES.get(key) or "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
+        if name in names:
+            values[name] = value
+    return cls(**values)
 
 
 # -- the stream ----------------------------------------------------------------------------------

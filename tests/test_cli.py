@@ -125,3 +125,25 @@ def test_eval_redacts_the_patterns_given(ors_sdk_server: ServerProcess, tmp_path
     again = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False, env=env)
     assert again.returncode == 0, again.stderr
     assert "1/1 episodes (1 resumed)" in again.stderr
+
+
+def test_report_writes_one_html_file_to_share(tmp_path: Path) -> None:
+    """`ors-lab report TRACE -o PATH` writes the page (its directory made) and says what it holds; without -o the
+    page goes beside the trace; a page already there is replaced; --timelines bounds what it holds."""
+    trace = tmp_path / "demo.parquet"
+    shutil.copy(REPO_ROOT / "recordings" / "demo.parquet", trace)
+    out = tmp_path / "reports" / "run.html"
+    done = subprocess.run([*CLI, "report", str(trace), "-o", str(out)], capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    size = out.stat().st_size
+    assert done.stdout == f"wrote {out} ({size / 1024:.0f} KB): 40 episodes, every episode's timeline and transcript\n"
+    assert out.read_text(encoding="utf-8").startswith("<!doctype html>")
+    beside = subprocess.run([*CLI, "report", "demo.parquet", "--timelines", "5"], capture_output=True, text=True,
+                            timeout=120, check=False, cwd=tmp_path)  # fmt: skip
+    assert beside.returncode == 0, beside.stderr
+    assert beside.stdout.endswith("40 episodes, the timelines and transcripts of 5 of them\n")
+    replaced = subprocess.run([*CLI, "report", str(trace), "--out", str(out), "--timelines", "5"],
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert replaced.returncode == 0, replaced.stderr
+    assert out.read_bytes() == (tmp_path / "demo.html").read_bytes() and out.stat().st_size < size

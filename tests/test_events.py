@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -232,3 +233,40 @@ def test_subscribing_while_another_thread_publishes() -> None:
         stop.set()
         thread.join()
     assert len(steady) == 20_000
+
+
+def test_agent_events_come_back_from_their_wire_form() -> None:
+    """`agent_event` is `to_wire()` backwards (an episode's: its `record()`), given what the wire leaves out."""
+    made: list[ev.AgentEvent] = [
+        ev.StartEvent(session_id="s", rollout=1, message_id="s", environment="lab", split="train", task_index=2),
+        ev.BlockStartEvent(session_id="s", rollout=1, block_id="b", block_name="turn 1"),
+        ev.BlockEndEvent(session_id="s", block_id="b", summary="done"), ev.TextStartEvent(session_id="s", id="t"),
+        ev.TextDeltaEvent(session_id="s", id="t", delta="Hi"), ev.TextEndEvent(id="t"),
+        ev.ReasoningStartEvent(id="r"), ev.ReasoningDeltaEvent(id="r", delta="hmm"), ev.ReasoningEndEvent(id="r"),
+        ev.ToolInputStartEvent(tool_call_id="c", tool_name="submit", title="Submit"),
+        ev.ToolInputDeltaEvent(tool_call_id="c", input_text_delta='{"a'), ev.ToolInputEndEvent(tool_call_id="c"),
+        ev.ToolInputAvailableEvent(tool_call_id="c", tool_name="submit", input={"answer": "4"}),
+        ev.ToolOutputAvailableEvent(tool_call_id="c", output={"text": "ok"}, tool="submit", call=3),
+        ev.ToolOutputErrorEvent(tool_call_id="c", error="no", reason="invalid", tool="submit", call=3),
+        ev.RewardEvent(session_id="s", tool_call_id="c", reward=0.5, finished=True, tool="submit", call=3),
+        ev.UsageEvent(input_tokens=3, output_tokens=2, reasoning_tokens=1, cached_tokens=2, model="m"),
+        ev.FinishEvent(finish_reason="length"),
+        ev.ErrorEvent(error_type="rate_limit_error", message="slow down", source="provider", retryable=True,
+                      retry_after=60.0, code="RateLimitError", tool="submit", call=3),
+        ev.EpisodeEvent(session_id="s", rollout=1, environment="lab", split="train", task_index=2, reward=1.0,
+                        total_reward=1.0, final_reward=1.0, finished=True, success=True, finish_reason="stop",
+                        steps=2, started=1.5, duration_s=0.25, input_tokens=7, agent="DemoAgent"),
+    ]  # fmt: skip
+    for event in made:
+        wire = event.record() if isinstance(event, ev.EpisodeEvent) else json.loads(event.to_json())
+        context = {name: getattr(event, name, None) for name in ("session_id", "rollout", "t_ns", "tool", "call",
+                                                                 "environment", "split", "task_index")}  # fmt: skip
+        back = ev.agent_event(event.kind, wire, **context)
+        assert back == event and back.t_ns == event.t_ns, (back, event)
+    assert ev.agent_event("text-delta", {"id": "t", "delta": "x", "extra": 1}, nothing=2) == ev.TextDeltaEvent(
+        id="t", delta="x"
+    )  # what the event does not have is ignored
+    with pytest.raises(ValueError, match="not an agent event kind: 'ping'; the agent kinds: start, "):
+        ev.agent_event("ping", {})
+    with pytest.raises(TypeError):
+        ev.agent_event("text-delta", {"id": "t"})  # no delta

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ors_lab.analysis.frames import Summary
+    from ors_lab.analysis.report import Report
     from ors_lab.notebook.trace import TraceState
     from ors_lab.notebook.view import LiveView
 
@@ -102,6 +103,15 @@ class Trace:
         listing = self._listing
         title = "Trace (partial)" if self.partial else "Trace"
         return TraceState(self.table, listing, path=str(self.path), title=title, page_size=page_size or PAGE_SIZE)
+
+    def to_html(self, path: str | os.PathLike[str], *, timelines: int | None = None) -> Report:
+        """Write the run's report to ``path``: one self-contained HTML file to share (no network, no
+        kernel): the summary, each evaluation's dashboard and per-task table, and the episodes with
+        their timelines and transcripts (at most ``timelines`` of them, by default 2,000, the failed
+        ones first; the page says when it holds fewer than all). See ``ors_lab.analysis.report``."""
+        from ors_lab.analysis.report import TIMELINES, write_report
+
+        return write_report(self, path, timelines=TIMELINES if timelines is None else timelines)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         """In a notebook with live views: the viewer (its widget, and its static summary for a saved

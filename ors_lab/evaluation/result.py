@@ -139,68 +139,11 @@ class EvalResult:
         return run_summary_html(self._summary_figures())
 
     def _summary_figures(self) -> RunSummary:
-        import pandas as pd
+        from ors_lab.analysis.report import run_summary
 
-        from ors_lab.notebook.run import HTML_CELLS, MAX_ERRORS, TABLE_TASKS, RunSummary, TaskRow
-
-        def value(x: Any) -> Any:
-            return None if x is None or x is pd.NA or (isinstance(x, float) and x != x) else x
-
-        ks = self._ks()
-        episodes = self.episodes
-        if not len(episodes):
-            return RunSummary(self.environment, self.split, self.agent, 0, None, 0, self.rollouts, None, None, ks,
-                              [None] * len(ks), None, 0, elapsed_s=self.elapsed_s, resumed=self.resumed,
-                              ids=[("trace", self.trace)] if self.trace else [])  # fmt: skip
-        row: Any = self.summary().iloc[0]
-        tokens = {name.removesuffix("_tokens"): value(row[name]) for name in TOKENS}
-        errors = self.errors.tail(MAX_ERRORS)
-        task_rows = [
-            TaskRow(
-                task=value(t["task_index"]) if value(t["task_index"]) is not None else value(t["task"]),
-                episodes=t["episodes"],
-                mean=value(t["mean_reward"]),
-                stderr=value(t["stderr"]),
-                success_rate=value(t["success_rate"]),
-                passes=[value(t[f"pass@{k}"]) for k in ks],
-                errors=t["errors"],
-            )
-            for t in self.tasks.head(TABLE_TASKS).to_dict("records")
-        ]
-        last_errors = [
-            (f"{e['task_index']}/{e['rollout']}", value(e["error_type"]) or "error", str(e["error"]))
-            for e in errors.to_dict("records")
-        ]
-        grid: dict[Any, list[tuple[float | None, bool]]] = {}
-        for e in episodes.head(HTML_CELLS).to_dict("records"):
-            cells = grid.setdefault(value(e["task_index"]), [(None, False)] * self.rollouts)
-            rollout = value(e["rollout"])
-            if rollout is not None and 0 <= rollout < self.rollouts:
-                cells[rollout] = (value(e["reward"]), value(e["error"]) is not None)
-        elapsed = self.elapsed_s
-        return RunSummary(
-            environment=self.environment,
-            split=self.split,
-            agent=self.agent,
-            episodes=len(episodes),
-            total=None,
-            tasks=int(row["tasks"]),
-            rollouts=self.rollouts,
-            mean=value(row["mean_reward"]),
-            stderr=value(row["stderr"]),
-            ks=ks,
-            passes=[value(row[f"pass@{k}"]) for k in ks],
-            success_rate=value(row["success_rate"]),
-            errors=int(row["errors"]),
-            last_errors=last_errors,
-            tokens=tokens,
-            elapsed_s=elapsed,
-            rate=(len(episodes) - self.resumed) / elapsed if elapsed else None,
-            resumed=self.resumed,
-            task_rows=task_rows,
-            grid=list(grid.items()),
-            ids=[("trace", self.trace)] if self.trace else [],
-        )
+        return run_summary(self.episodes, self._ks(), environment=self.environment, split=self.split,
+                           rollouts=self.rollouts, agent=self.agent, elapsed_s=self.elapsed_s, resumed=self.resumed,
+                           ids=[("trace", self.trace)] if self.trace else [])  # fmt: skip
 
     def __repr__(self) -> str:
         import pandas as pd

@@ -225,7 +225,7 @@ async def _evaluate(
             while todo:
                 index, rollout = todo.popleft()
                 await _episode(run_env, runner, o.split, index, rollout, o.max_steps, o.timeout, o.reward,
-                               o.success_threshold)  # fmt: skip
+                               o.success_threshold, agent_name)  # fmt: skip
 
         workers = [
             asyncio.create_task(work(), name=f"ors-lab eval worker {n}") for n in range(min(o.concurrency, len(todo)))
@@ -622,8 +622,10 @@ async def _episode(
     limit: float | None,
     reduction: Reduction,
     success_threshold: float,
+    agent_name: str | None = None,
 ) -> None:
-    """Run one (task, rollout) episode to its end, publishing its events; never raises but for cancellation."""
+    """Run one (task, rollout) episode to its end, publishing its events; never raises but for cancellation.
+    ``agent_name`` goes into its outcome, so its trace names the agent."""
     events = env.events
     session = env.session(split=split, index=index, view=False)  # the run's own view shows its episodes
     sid = session.sid
@@ -695,5 +697,6 @@ async def _episode(
             output_tokens=None if usage is None else usage.output_tokens,
             reasoning_tokens=None if usage is None else usage.reasoning_tokens,
             cached_tokens=None if usage is None else usage.cached_tokens,
+            agent=agent_name,
         )
     )

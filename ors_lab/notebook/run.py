@@ -75,6 +75,8 @@ __all__ = [
     "RunSummary",
     "TaskRow",
     "run_summary_html",
+    "task_table",
+    "tokens_text",
 ]
 
 MAX_PANES = 3
@@ -259,7 +261,8 @@ def _f3(value: float | None) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
 
-def _tokens_text(tokens: Mapping[str, int | None] | None) -> str | None:
+def tokens_text(tokens: Mapping[str, int | None] | None) -> str | None:
+    """Tokens as a person reads them (``840 in, 786 out (636 reasoning, 640 cached)``); None when none were reported."""
     if not tokens or all(tokens.get(name) is None for name in _TOKEN_NAMES):
         return None
     main = f"{tokens.get('input') or 0} in, {tokens.get('output') or 0} out"
@@ -285,6 +288,14 @@ def _grid_html(grid: Sequence[tuple[Any, Sequence[tuple[float | None, bool]]]], 
     return f'<div style="{flow}">{"".join(columns)}</div>{note}'
 
 
+def task_table(rows: Sequence[TaskRow], ks: Sequence[int]) -> Markup:
+    """One line per task: its episodes, mean reward ± stderr, success rate, pass@k and errors."""
+    headers = ["task", "episodes", "mean reward", "success rate", *[f"pass@{k}" for k in ks], "errors"]
+    lines = [(r.task, r.episodes, _pm(r.mean, r.stderr), _f3(r.success_rate), *map(_f3, r.passes), r.errors)
+             for r in rows]  # fmt: skip
+    return table(headers, lines, numeric=[False, True, True, True, *[True] * len(ks), True])
+
+
 def run_summary_html(summary: RunSummary) -> Markup:
     """A run's static summary: a card (rewards and errors first, ids last), the errors, a small grid, the tasks."""
     s = summary
@@ -295,7 +306,7 @@ def run_summary_html(summary: RunSummary) -> Markup:
     total = f" of {s.total}" if s.total is not None and s.total != s.episodes else ""
     resumed = f", {s.resumed} resumed" if s.resumed else ""
     rows.append(("episodes", f"{s.episodes}{total} ({s.tasks} tasks x {s.rollouts} rollouts{resumed})"))
-    tokens = _tokens_text(s.tokens)
+    tokens = tokens_text(s.tokens)
     if tokens is not None:
         rows.append(("tokens", tokens))
     if s.elapsed_s is not None:
@@ -313,12 +324,7 @@ def run_summary_html(summary: RunSummary) -> Markup:
     more_tasks = max(s.tasks - len(s.task_rows), 0)
     tasks = Markup("")
     if s.task_rows:
-        headers = ["task", "episodes", "mean reward", "success rate", *[f"pass@{k}" for k in s.ks], "errors"]
-        lines = [
-            (r.task, r.episodes, _pm(r.mean, r.stderr), _f3(r.success_rate), *map(_f3, r.passes), r.errors)
-            for r in s.task_rows
-        ]
-        tasks = table(headers, lines, numeric=[False, True, True, True, *[True] * len(s.ks), True])
+        tasks = task_table(s.task_rows, s.ks)
         if more_tasks:
             tasks = Markup(tasks + f'<div class="ol-dim">and {more_tasks} more tasks</div>')
     grid = _grid_html(s.grid, max(s.tasks - len(s.grid), 0))

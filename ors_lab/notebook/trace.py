@@ -19,14 +19,16 @@ counts; the front end asks for the rest:
   each item's text is cut at ``TEXT_CHARS`` and a timeline at ``MAX_ITEMS`` items, with a note.
 
 The listing is sorted and filtered by pandas over whole columns, and a timeline reads only its
-session's rows (an Arrow filter), so a trace of 10,000 episodes opens at once.
+session's rows (an Arrow filter), so a trace of 10,000 episodes opens at once. A page of its own
+holds more at once (the HTML report, ``ors_lab.analysis.report``): ``rows()`` is every row as a
+page holds them, ``timelines(keys)`` many timelines, the trace read once for a batch of them.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -249,6 +251,9 @@ class TraceState(ViewState):
                 "key": self._keys[index],
                 "n": get["n"],
                 "environment": get.get("environment"),
+                "split": split,
+                "task_index": task,
+                "session_id": get.get("session_id"),
                 "task": f"{split or '-'}/{'-' if task is None else task}",
                 "rollout": get.get("rollout"),
                 "reward": get.get("reward"),
@@ -263,14 +268,36 @@ class TraceState(ViewState):
 
     # -- one episode ----------------------------------------------------------------------------
 
+    def rows(self) -> list[dict[str, Any]]:
+        """Every episode's row, in the listing's order, as a page holds them (``key`` opens its timeline)."""
+        return self._rows(self.listing)
+
     def timeline(self, key: str) -> dict[str, Any]:
         """The timeline of the episode ``key`` (its session id): see the module docstring."""
-        index = self._by_key.get(key)
-        episode = self._rows(self.listing.iloc[[index]])[0] if index is not None else None
         rows: list[dict[str, Any]] = []
         if not key.startswith("#") and len(self.table):
             mine = self.table.filter(pc.equal(self.table["session_id"], pa.scalar(key, pa.string())))
             rows = mine.select(_TIMELINE_COLUMNS).to_pylist()
+        index = self._by_key.get(key)
+        return self._timeline(key, rows, self._rows(self.listing.iloc[[index]])[0] if index is not None else None)
+
+    def timelines(self, keys: Sequence[str], *, batch: int = 200) -> Iterator[dict[str, Any]]:
+        """The timelines of the episodes ``keys``, in that order: ``timeline(key)`` of each, the trace read
+        once for every ``batch`` of them (not once for each)."""
+        listed = self.rows()
+        for start in range(0, len(keys), batch):
+            some = keys[start : start + batch]
+            wanted = [key for key in some if not key.startswith("#")]
+            by_key: dict[str, list[dict[str, Any]]] = {key: [] for key in some}
+            if wanted and len(self.table):
+                mine = self.table.filter(pc.is_in(self.table["session_id"], value_set=pa.array(wanted, pa.string())))
+                for row in mine.select(["session_id", *_TIMELINE_COLUMNS]).to_pylist():
+                    by_key[row.pop("session_id")].append(row)
+            for key in some:
+                index = self._by_key.get(key)
+                yield self._timeline(key, by_key[key], listed[index] if index is not None else None)
+
+    def _timeline(self, key: str, rows: list[dict[str, Any]], episode: dict[str, Any] | None) -> dict[str, Any]:
         items = timeline(rows)
         shown = items[:MAX_ITEMS]
         return {

@@ -74,13 +74,27 @@ def test_bad_trace_files_are_one_line_each(tmp_path: Path) -> None:
         assert_one_line(run("show", name, cwd=tmp_path), "show", name)
 
 
-@pytest.mark.parametrize("command", ["show", "check", "replay"])
+@pytest.mark.parametrize("command", ["show", "check", "replay", "report"])
 def test_a_missing_trace_is_named(tmp_path: Path, command: str) -> None:
-    """show, check and replay of a path with no trace: `no trace at PATH`, and nothing made."""
+    """show, check, replay and report of a path with no trace: `no trace at PATH`, and nothing made."""
     done = run(command, "runs/missing.parquet", cwd=tmp_path)
     assert_one_line(done, command)
     assert done.stderr == f"ors-lab {command}: no trace at runs/missing.parquet\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_report_over_its_trace_or_of_no_timelines_is_one_line(tmp_path: Path) -> None:
+    """report -o the trace itself: one line, the trace untouched; --timelines -1: a usage error."""
+    shutil.copy(REPO_ROOT / "recordings" / "demo.parquet", tmp_path / "run.parquet")
+    before = (tmp_path / "run.parquet").read_bytes()
+    done = run("report", "run.parquet", "-o", "run.parquet", cwd=tmp_path)
+    assert_one_line(done, "report")
+    assert done.stderr == "ors-lab report: run.parquet is the trace itself: write the report elsewhere, e.g. run.html\n"
+    assert (tmp_path / "run.parquet").read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [
+        "run.parquet"
+    ]
+    usage = run("report", "run.parquet", "--timelines", "-1", cwd=tmp_path)
+    assert usage.returncode == 2 and "expected a whole number, 0 or more, not '-1'" in usage.stderr
 
 
 def test_debug_shows_the_traceback_before_the_line(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from ors_lab import html
 from ors_lab.events import EventStream, TextDeltaEvent, TextStartEvent
 from ors_lab.notebook import ENV_VAR, MODES, LiveView, Throttle, ViewState, live_views, resolve, settings
 from ors_lab.notebook.view import WIDGET_MIME
-from ors_lab.notebook.widget import VIEWS, esm, make_front
+from ors_lab.notebook.widget import PAGES, VIEWS, esm, make_front, page_esm
 
 # -- the throttle --------------------------------------------------------------------------------
 
@@ -336,6 +336,15 @@ def test_the_front_end_is_one_module_with_every_renderer() -> None:
     positions = [module.index(f"ORS.views.{name}") if f"ORS.views.{name}" in module else -1 for name in VIEWS]
     assert module.index("const ORS") < module.index("function render(")
     assert all(p == -1 or p < module.index("function render(") for p in positions)
+
+
+def test_a_page_of_its_own_adds_its_model_and_entry_to_the_same_module() -> None:
+    """page_esm is the widget's module unchanged, then page.js (the model a page plays) and the page's entry."""
+    module = page_esm("report")
+    assert module.startswith(esm()) and module.count("export default") == 1
+    assert module.index("ORS.pageModel =") < module.index("ORS.report =") and PAGES == ("report",)
+    with pytest.raises(ValueError, match="no page 'nope'; the pages: report"):
+        page_esm("nope")
 
 
 def test_the_widget_answers_its_front_ends_requests() -> None:

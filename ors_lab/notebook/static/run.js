@@ -158,7 +158,7 @@ ORS.views.run = ({ model, el }) => {
       runSet(transcriptHead, where);
       const why = code === "~" ? "running: its transcript comes when it ends"
         : code === "." ? "not run yet"
-        : "loading… (the kernel answers once the cell running the evaluation has ended)";
+        : model.get("waiting") || "loading… (the kernel answers once the cell running the evaluation has ended)";
       transcriptBody.append(h("div", { class: "ol-dim" }, why));
       return;
     }

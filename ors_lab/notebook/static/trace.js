@@ -1,6 +1,7 @@
 // ors_lab front end: the trace viewer (ORS.views.trace), drawing ors_lab.notebook.trace.TraceState.
 // The data holds the summary and the first page only; every other page, and an episode's timeline,
 // is asked of the kernel (model.send) and arrives as a custom message ({type: "page" | "timeline"}).
+// A timeline with a "note" has no items, and says why (a report that does not hold it).
 
 ORS.traceStyle = `
 .ors-lab .ol-tr-bar { display: flex; gap: 8px; align-items: center; flex-wrap: wrap; margin: 6px 0; }
@@ -75,7 +76,9 @@ ORS.views.trace = ({ model, el }) => {
     waiting = message;
     model.send(message);
     setTimeout(() => {
-      if (waiting === message) status.textContent = "waiting for the kernel (it answers once the running cell ends)...";
+      if (waiting === message) {  // a page's own model says what it waits for; in a notebook, the kernel
+        status.textContent = model.get("waiting") || "waiting for the kernel (it answers once the running cell ends)...";
+      }
     }, 600);
   };
   const askPage = (changes) => {
@@ -138,7 +141,8 @@ ORS.views.trace = ({ model, el }) => {
     const span = items.length ? items[items.length - 1].t : 0;
     const title = `${ep.environment || ""} ${ep.task || ""}${ep.rollout === null || ep.rollout === undefined ? "" : ` rollout ${ep.rollout}`}`;
     const facts = [["reward", ep.reward], ["steps", ep.steps], ["duration", ORS.duration(ep.duration_s)],
-      ["timeline", `${items.length + (reply.more || 0)} items from ${reply.rows} rows`], ["session", reply.key]];
+      ["timeline", reply.note ? "-" : `${items.length + (reply.more || 0)} items from ${reply.rows} rows`],
+      ["session", reply.key]];
     if (ep.error) facts.splice(2, 0, ["error", ORS.h("span", { class: "ol-err" }, ep.error)]);
     const rows = [];
     for (const item of items) {
@@ -157,7 +161,8 @@ ORS.views.trace = ({ model, el }) => {
         detail));
     }
     if (reply.more) rows.push(ORS.h("div", { class: "ol-dim" }, `... and ${reply.more} more items, not shown (the timeline keeps its first ${items.length})`));
-    if (!items.length) rows.push(ORS.h("div", { class: "ol-dim" }, "no rows of this episode are in the trace"));
+    if (reply.note) rows.push(ORS.h("div", { class: "ol-dim ol-tr-note" }, reply.note));  // why there is none here
+    else if (!items.length) rows.push(ORS.h("div", { class: "ol-dim" }, "no rows of this episode are in the trace"));
     panel.style.display = "";
     panel.replaceChildren(ORS.card(title.trim() || reply.key, reply.errors ? `${reply.errors} errors` : "", ORS.kv(facts),
       ORS.h("button", { type: "button", onclick: () => { openKey = null; panel.style.display = "none"; drawList(); } }, "close"),
