@@ -12,7 +12,8 @@ import pytest
 import ors_lab
 
 PUBLIC_MODULES = ["ors_lab", "ors_lab.events", "ors_lab.analysis", "ors_lab.recording", "ors_lab.agents",
-                  "ors_lab.evaluation", "ors_lab.feed", "ors_lab.replay", "ors_lab.client", "ors_lab.protocol"]  # fmt: skip
+                  "ors_lab.evaluation", "ors_lab.feed", "ors_lab.replay", "ors_lab.client",
+                  "ors_lab.protocol"]  # fmt: skip
 
 
 def _isort_style(name: str) -> tuple[int, str]:

@@ -5,8 +5,8 @@ The stream is read with httpx2 and decoded by the project's one SSE decoder
 reader's thread. A stream that breaks before the run's ``end`` is read again with
 ``Last-Event-ID`` (the feed sends what was missed, or a ``reset``), every ``RETRY`` seconds and up
 to ``patience`` seconds without success; then the reader gives up (``lost``). A stream that ends
-after ``end`` is over (``ended``). A stream that stays silent for ``idle`` seconds (a feed
-heartbeats every 15) counts as broken.
+or breaks after the run's ``end`` is over (``ended``). A stream that stays silent for ``idle``
+seconds (a feed heartbeats every 15) counts as broken.
 
 The first connection says whether the URL is a feed at all: ``wait_ready()`` raises
 ``ConnectionFailedError`` when it cannot be reached, ``MalformedResponseError`` when what answers is
@@ -26,6 +26,7 @@ from typing import Any, Self
 
 import httpx2
 
+from ors_lab.client.tap import unreachable
 from ors_lab.client.url import server_url
 from ors_lab.feed.server import PATH
 from ors_lab.protocol.errors import ConnectionFailedError, MalformedResponseError
@@ -77,6 +78,7 @@ class FeedReader:
         self.error: str | None = None
         self.last_id = ""
         self.connections = 0
+        self._over = False  # the run's end was read (and no run began since)
         self._first: BaseException | None = None
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -143,13 +145,14 @@ class FeedReader:
         async with httpx2.AsyncClient(timeout=timeout, trust_env=False) as client:
             failing_since: float | None = None
             while True:
-                ended = False
                 try:
-                    ended = await self._stream(client)
+                    await self._stream(client)
                     failing_since = None
                 except (httpx2.HTTPError, OSError) as exc:
+                    if self._over:
+                        break
                     if not self._ready.is_set():
-                        reason = f"cannot reach the live feed at {self.url}: {_describe(exc)}"
+                        reason = f"cannot reach the live feed at {self.url}: {unreachable(exc)}"
                         self._first = ConnectionFailedError(reason)
                         self._first.__cause__ = exc
                         self._set("lost", _describe(exc))
@@ -164,17 +167,16 @@ class FeedReader:
                         self._first = exc
                     self._set("lost", str(exc))
                     return
-                if ended:
-                    self._set("ended", None)
-                    return
+                if self._over:
+                    break
                 await asyncio.sleep(RETRY)
+            self._set("ended", None)
 
-    async def _stream(self, client: httpx2.AsyncClient) -> bool:
-        """Read one connection to its end; True when the run's ``end`` came (nothing more to wait for)."""
+    async def _stream(self, client: httpx2.AsyncClient) -> None:
+        """Read one connection to its end."""
         headers = {"accept": "text/event-stream", "cache-control": "no-store"}
         if self.last_id:
             headers["last-event-id"] = self.last_id
-        ended = False
         async with client.stream("GET", self.url, headers=headers) as response:
             kind = response.headers.get("content-type", "").partition(";")[0].strip()
             if response.status_code != 200 or kind != "text/event-stream":
@@ -202,8 +204,10 @@ class FeedReader:
                         self._ready.set()
                     elif item.event in ("snapshot-end", "run") and self.status != "live":
                         self._set("live", None)
-                    ended = item.event == "end" or (ended and item.event not in ("run", "snapshot", "reset"))
-        return ended
+                    if item.event == "end":
+                        self._over = True
+                    elif item.event in ("run", "snapshot", "reset"):
+                        self._over = False
 
     def _handle(self, kind: str, data: Any) -> None:
         if not isinstance(data, dict):
