@@ -763,6 +763,10 @@ _REQUIRED: dict[str, frozenset[str]] = {
 }
 
 
+_EXTRA: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, str, bool], ...]] = {}
+"""Per kind and wire keys: the fields ``full_wire`` adds (name, wire key, whether the event always has it)."""
+
+
 def _snake(key: str) -> str:
     """The field a wire key names: ``toolCallId`` -> ``tool_call_id`` (``cachedInputTokens``: ``cached_tokens``)."""
     return _WIRE_NAMES.get(key) or "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
@@ -782,13 +786,18 @@ def full_wire(event: Event) -> dict[str, Any]:
     that are None and have a default. ``event_from_wire(kind, full_wire(e))`` equals ``e``.
     """
     wire = event.to_wire() if isinstance(event, AgentEvent) else {"type": event.kind}
-    covered = {_snake(key) for key in wire}
-    required = _REQUIRED[event.kind]
-    for name in _ORDERED_FIELDS[event.kind]:
-        if name not in covered:
-            value = getattr(event, name)
-            if value is not None or name in required:
-                wire[_camel(name)] = value
+    shape = (event.kind, tuple(wire))
+    extra = _EXTRA.get(shape)
+    if extra is None:  # once per kind and set of wire keys: a handful in all
+        covered = {_snake(key) for key in wire}
+        required = _REQUIRED[event.kind]
+        extra = _EXTRA[shape] = tuple(
+            (name, _camel(name), name in required) for name in _ORDERED_FIELDS[event.kind] if name not in covered
+        )
+    for name, key, required in extra:
+        value = getattr(event, name)
+        if value is not None or required:
+            wire[key] = value
     return wire
 
 
