@@ -790,13 +790,13 @@ def full_wire(event: Event) -> dict[str, Any]:
     extra = _EXTRA.get(shape)
     if extra is None:  # once per kind and set of wire keys: a handful in all
         covered = {_snake(key) for key in wire}
-        required = _REQUIRED[event.kind]
+        needed = _REQUIRED[event.kind]
         extra = _EXTRA[shape] = tuple(
-            (name, _camel(name), name in required) for name in _ORDERED_FIELDS[event.kind] if name not in covered
+            (name, _camel(name), name in needed) for name in _ORDERED_FIELDS[event.kind] if name not in covered
         )
-    for name, key, required in extra:
+    for name, key, always in extra:
         value = getattr(event, name)
-        if value is not None or required:
+        if value is not None or always:
             wire[key] = value
     return wire
 
