@@ -2,8 +2,9 @@
 
 ``Client`` / ``AsyncClient`` drive sessions; the models and errors are the protocol's own; every
 event is a typed record on an ``EventStream`` (``ors_lab.events`` has them all); ``Recorder`` and
-``load_trace`` write and read traces; ``evaluate`` runs an agent over tasks into DataFrames (these
-load on first use: pyarrow and pandas are heavy).
+``load_trace`` write and read traces; ``evaluate`` runs an agent over tasks into DataFrames, and
+``Feed`` / ``watch`` serve and show a run's live feed (these load on first use: pyarrow, pandas
+and uvicorn are heavy).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from ors_lab.agents import Agent, Episode, Observation, OpenAIAgent, PolicyAgent, Step, ToolCall
     from ors_lab.analysis import Trace, load_trace
     from ors_lab.evaluation import EvalResult, EvaluationInterrupted, aevaluate, evaluate, last_result
+    from ors_lab.feed import Feed, Watch, watch
     from ors_lab.recording import Recorder
     from ors_lab.replay import AgentReplayTransport, Fault, ReplayServer, ReplayTransport
 
@@ -76,6 +78,9 @@ _LAZY = {
     "aevaluate": "ors_lab.evaluation",
     "evaluate": "ors_lab.evaluation",
     "last_result": "ors_lab.evaluation",
+    "Feed": "ors_lab.feed",
+    "Watch": "ors_lab.feed",
+    "watch": "ors_lab.feed",
     "Recorder": "ors_lab.recording",
     "Trace": "ors_lab.analysis",
     "load_trace": "ors_lab.analysis",
@@ -116,6 +121,7 @@ __all__ = [
     "Event",
     "EventStream",
     "Fault",
+    "Feed",
     "ImageBlock",
     "InvalidURLError",
     "MalformedResponseError",
@@ -156,6 +162,7 @@ __all__ = [
     "UnknownEnvironmentError",
     "UnknownSplitError",
     "UnknownTaskError",
+    "Watch",
     "WireEvent",
     "__version__",
     "aevaluate",
@@ -163,4 +170,5 @@ __all__ = [
     "last_result",
     "live_views",
     "load_trace",
+    "watch",
 ]

@@ -31,6 +31,7 @@ def _config(app: Any, port: int) -> Any:
         log_level="warning",
         access_log=False,
         lifespan="auto",
+        interface="asgi3",  # every app here is one; uvicorn's guess takes a bound method for ASGI2
         timeout_keep_alive=60,
         timeout_graceful_shutdown=2,
     )

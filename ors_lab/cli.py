@@ -7,6 +7,9 @@
   write the episodes as Parquet next to the trace (``TRACE`` → ``TRACE.episodes.parquet``). An
   existing trace is continued (``--resume``, the default), refused (``--no-resume``) or replaced
   (``--overwrite``). A run that fails before its first episode leaves no trace it created behind.
+  ``--feed PORT`` serves the run's events live on 127.0.0.1 (0: a free port; its URL is said first).
+- ``ors-lab watch FEED [--port P]``: serve a page on 127.0.0.1 showing the live dashboard of the run
+  behind a live feed (``eval --feed``'s URL), until Ctrl-C.
 - ``ors-lab demo-server [--port P]``: serve the demo environments until Ctrl-C.
 - ``ors-lab proxy UPSTREAM --port P --out TRACE``: a recording reverse proxy on 127.0.0.1 in front
   of an ORS server, so any client's traffic is recorded; Ctrl-C (or SIGTERM) writes the trace.
@@ -110,7 +113,7 @@ def _eval(args: argparse.Namespace) -> int:
             result = evaluate(client.environment(args.env), agent, split=args.split,  # type: ignore[arg-type]
                               tasks=args.tasks, rollouts=args.rollouts, concurrency=args.concurrency,
                               max_steps=args.max_steps, timeout=args.timeout, record=record,
-                              resume=resume)  # fmt: skip
+                              resume=resume, feed=args.feed)  # fmt: skip
     except TraceExistsError:
         raise TraceExistsError(f"{out} already holds a trace; pass --resume to continue it or --overwrite to "
                                "replace it", path=str(out)) from None  # fmt: skip
@@ -125,6 +128,24 @@ def _eval(args: argparse.Namespace) -> int:
     result.episodes.to_parquet(episodes, index=False)
     print(f"{result!r}\n{result.table_text()}\ntrace: {out}\nepisodes: {episodes}")
     return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from ors_lab.feed.watch import serve_watch
+
+    serve_watch(args.feed, port=args.port, say=lambda text: print(text, flush=True))
+    return 0
+
+
+def _port(text: str) -> int:
+    """An argparse type: a TCP port on 127.0.0.1, 0 for a free one."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port, 0 to 65535 (0: a free one), not {text!r}")
+    return value
 
 
 def _demo_server(args: argparse.Namespace) -> int:
@@ -310,8 +331,17 @@ def _parser() -> argparse.ArgumentParser:
                             help="continue an existing trace, running only the episodes it lacks (the default); "
                             "--no-resume refuses an existing trace")  # fmt: skip
     evaluation.add_argument("--overwrite", action="store_true", help="replace an existing trace")
+    evaluation.add_argument("--feed", type=_port, metavar="PORT",
+                            help="serve the run's events live on 127.0.0.1:PORT (0: a free port), for ors-lab watch "
+                            "and ol.watch")  # fmt: skip
     _add_redaction(evaluation)
     evaluation.set_defaults(run=_eval)
+    watching = commands.add_parser("watch", help="show the live dashboard of a run behind its live feed, as a page")
+    watching.add_argument(
+        "feed", help="the live feed's URL (what ors-lab eval --feed says), e.g. http://127.0.0.1:8765"
+    )
+    watching.add_argument("--port", type=_port, default=0, help="port of the page, on 127.0.0.1 (default: a free one)")
+    watching.set_defaults(run=_watch)
     server = commands.add_parser("demo-server", help="serve the bundled demo environments until Ctrl-C")
     server.add_argument("--port", type=int, default=0, help="port (default: a free one)")
     server.set_defaults(run=_demo_server)

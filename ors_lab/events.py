@@ -30,7 +30,9 @@ There is one type per kind of ``docs/trace-format.md``::
 
 Fields are the trace's column names where a column holds them (``session_id``, ``call``,
 ``status``, ``data``, ...), and the seed's names in snake case otherwise. ``agent_event(kind,
-wire, ...)`` is ``to_wire()`` backwards: a trace's agent rows (or a feed's) made events again. Every event carries
+wire, ...)`` is ``to_wire()`` backwards: a trace's agent rows made events again. ``full_wire(event)``
+is ``to_wire()`` with the fields it leaves out (the session, the rollout, ...) in camel case, as a
+live feed sends any event (``docs/feed.md``); ``event_from_wire`` reads it back. Every event carries
 ``t_ns``, the monotonic clock when it was made; ``wall_time(t_ns)`` turns it into the wall clock,
 the same way in every subscriber. Events are handed to every subscriber as they are: treat them as
 read-only.
@@ -52,7 +54,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
 __all__ = [
@@ -99,6 +101,9 @@ __all__ = [
     "WireEvent",
     "agent_event",
     "compact_json",
+    "event_from_wire",
+    "full_wire",
+    "strict_json",
     "wall_ns",
     "wall_time",
 ]
@@ -133,6 +138,28 @@ _str = json.encoder.encode_basestring  # C: a string as JSON, not ASCII-escaped
 def compact_json(value: Any) -> str:
     """``value`` as compact JSON text (``{"a":1}``, UTF-8, not ASCII-escaped), as traces and feeds hold it."""
     return _ENCODER.encode(value)
+
+
+_STRICT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=str)
+
+
+def strict_json(value: Any) -> str:
+    """``value`` as compact JSON text any JSON parser reads (a browser's, a live feed's reader): as
+    ``compact_json``, but a float that is not finite (NaN, infinity) is ``null``."""
+    try:
+        return _STRICT.encode(value)
+    except ValueError:
+        return _STRICT.encode(_finite(value))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _num(value: float | int | bool) -> str:
@@ -726,9 +753,69 @@ AGENT_KINDS = tuple(kind for kind, cls in EVENT_TYPES.items() if issubclass(cls,
 
 _WIRE_NAMES = {"cachedInputTokens": "cached_tokens"}
 """The seed's names that are not the field's name in camel case."""
-_FIELDS: dict[str, frozenset[str]] = {
-    kind: frozenset(f.name for f in fields(cls) if f.name != "t_ns") for kind, cls in EVENT_TYPES.items()
+_ORDERED_FIELDS: dict[str, tuple[str, ...]] = {
+    kind: tuple(f.name for f in fields(cls) if f.name != "t_ns") for kind, cls in EVENT_TYPES.items()
 }
+_FIELDS: dict[str, frozenset[str]] = {kind: frozenset(names) for kind, names in _ORDERED_FIELDS.items()}
+_REQUIRED: dict[str, frozenset[str]] = {
+    kind: frozenset(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)
+    for kind, cls in EVENT_TYPES.items()
+}
+
+
+_EXTRA: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, str, bool], ...]] = {}
+"""Per kind and wire keys: the fields ``full_wire`` adds (name, wire key, whether the event always has it)."""
+
+
+def _snake(key: str) -> str:
+    """The field a wire key names: ``toolCallId`` -> ``tool_call_id`` (``cachedInputTokens``: ``cached_tokens``)."""
+    return _WIRE_NAMES.get(key) or "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
+
+
+def _camel(name: str) -> str:
+    """A field's name as a wire key: ``tool_call_id`` -> ``toolCallId``."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def full_wire(event: Event) -> dict[str, Any]:
+    """The event as a live feed sends it: ``to_wire()`` (an agent event's; ``{"type": kind}`` for
+    the others), then every field the wire form leaves out (``sessionId``, ``rollout``, a start's
+    ``environment``, ``split`` and ``taskIndex``, a tool output's ``tool`` and ``call``, an
+    episode's whole record, ...), named in camel case; ``t_ns`` is left out, and so are fields
+    that are None and have a default. ``event_from_wire(kind, full_wire(e))`` equals ``e``.
+    """
+    wire = event.to_wire() if isinstance(event, AgentEvent) else {"type": event.kind}
+    shape = (event.kind, tuple(wire))
+    extra = _EXTRA.get(shape)
+    if extra is None:  # once per kind and set of wire keys: a handful in all
+        covered = {_snake(key) for key in wire}
+        needed = _REQUIRED[event.kind]
+        extra = _EXTRA[shape] = tuple(
+            (name, _camel(name), name in needed) for name in _ORDERED_FIELDS[event.kind] if name not in covered
+        )
+    for name, key, always in extra:
+        value = getattr(event, name)
+        if value is not None or always:
+            wire[key] = value
+    return wire
+
+
+def event_from_wire(kind: str, wire: Mapping[str, Any], **context: Any) -> Event:
+    """The event of ``kind`` (any kind of ``EVENT_TYPES``) back from a wire form: ``full_wire()``, or
+    an agent event's ``to_wire()`` with ``context``, as ``agent_event`` takes them. An unknown kind
+    is a ``ValueError``; a wire form lacking a field its type needs, a ``TypeError``.
+    """
+    cls = EVENT_TYPES.get(kind)
+    if cls is None:
+        raise ValueError(f"not an event kind: {kind!r}; the kinds: {', '.join(EVENT_TYPES)}")
+    names = _FIELDS[kind]
+    values = {name: value for name, value in context.items() if value is not None and (name in names or name == "t_ns")}
+    for key, value in wire.items():
+        name = _snake(key)
+        if name in names:
+            values[name] = value
+    return cls(**values)
 
 
 def agent_event(kind: str, wire: Mapping[str, Any], **context: Any) -> AgentEvent:
@@ -745,13 +832,9 @@ def agent_event(kind: str, wire: Mapping[str, Any], **context: Any) -> AgentEven
     cls = EVENT_TYPES.get(kind)
     if cls is None or not issubclass(cls, AgentEvent):
         raise ValueError(f"not an agent event kind: {kind!r}; the agent kinds: {', '.join(AGENT_KINDS)}")
-    names = _FIELDS[kind]
-    values = {name: value for name, value in context.items() if value is not None and (name in names or name == "t_ns")}
-    for key, value in wire.items():
-        name = _WIRE_NAMES.get(key) or "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
-        if name in names:
-            values[name] = value
-    return cls(**values)
+    event = event_from_wire(kind, wire, **context)
+    assert isinstance(event, AgentEvent)
+    return event
 
 
 # -- the stream ----------------------------------------------------------------------------------

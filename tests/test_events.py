@@ -270,3 +270,35 @@ def test_agent_events_come_back_from_their_wire_form() -> None:
         ev.agent_event("ping", {})
     with pytest.raises(TypeError):
         ev.agent_event("text-delta", {"id": "t"})  # no delta
+
+
+def test_full_wire_carries_every_field_and_comes_back() -> None:
+    """`full_wire` is `to_wire()` plus what it leaves out, in camel case (any kind); `event_from_wire` reads it back."""
+    made: list[ev.Event] = [
+        ev.StartEvent(session_id="s", rollout=1, message_id="s", environment="lab", split="train", task_index=2),
+        ev.ReasoningDeltaEvent(session_id="s", rollout=0, id="r", delta="hmm"),
+        ev.UsageEvent(session_id="s", input_tokens=3, output_tokens=2, cached_tokens=2, model="m"),
+        ev.ToolOutputAvailableEvent(session_id="s", tool_call_id="c", output={"text": "ok"}, tool="submit",
+                                    input={"answer": "4"}, call=3),
+        ev.ResultEvent(session_id="s", call=3, task_id=None, ok=True, reward=0.5, finished=True),
+        ev.EpisodeEvent(session_id="s", rollout=1, environment="lab", split="train", task_index=2, reward=1.0,
+                        total_reward=1.0, final_reward=1.0, finished=True, success=True, finish_reason="stop",
+                        steps=2, started=1.5, duration_s=0.25, cached_tokens=4, agent="DemoAgent"),
+    ]  # fmt: skip
+    for event in made:
+        wire = json.loads(ev.strict_json(ev.full_wire(event)))
+        assert wire["type"] == event.kind and wire["sessionId"] == "s"
+        assert ev.event_from_wire(event.kind, wire) == event, event
+    assert ev.full_wire(made[0]) == {"type": "start", "messageId": "s", "sessionId": "s", "rollout": 1,
+                                     "environment": "lab", "split": "train", "taskIndex": 2}  # fmt: skip
+    assert "cachedTokens" not in ev.full_wire(made[2])  # the seed names it cachedInputTokens already
+    assert ev.full_wire(made[4])["taskId"] is None  # a field the event needs is sent even when None
+    with pytest.raises(ValueError, match="not an event kind: 'nope'"):
+        ev.event_from_wire("nope", {})
+
+
+def test_strict_json_is_json_any_parser_reads() -> None:
+    """`strict_json` is `compact_json`, but NaN and infinities are null (a browser's JSON.parse refuses them)."""
+    value = {"a": float("nan"), "b": [float("inf"), 1.5], "c": "é\n"}
+    assert ev.strict_json(value) == '{"a":null,"b":[null,1.5],"c":"é\\n"}'
+    assert ev.strict_json({"a": 1}) == ev.compact_json({"a": 1})

@@ -53,7 +53,7 @@ def test_the_wheel_carries_the_license_and_the_views_front_end(wheel: Path) -> N
     assert "License-Expression: MIT\n" in metadata and "License-File: LICENSE\n" in metadata
     assert f"{info}/licenses/LICENSE" in names
     assert zipfile.ZipFile(wheel).read(f"{info}/licenses/LICENSE") == (REPO_ROOT / "LICENSE").read_bytes()
-    scripts = ("common", "session", "run", "trace", "main", "page", "report")  # the views, and the report's page
+    scripts = ("common", "session", "run", "trace", "main", "page", "report", "watch")  # the views, the pages
     static = {f"ors_lab/notebook/static/{name}.js" for name in scripts}
     assert static | {"ors_lab/html/style.css"} <= set(names)
 

@@ -12,7 +12,8 @@ import pytest
 import ors_lab
 
 PUBLIC_MODULES = ["ors_lab", "ors_lab.events", "ors_lab.analysis", "ors_lab.recording", "ors_lab.agents",
-                  "ors_lab.evaluation", "ors_lab.replay", "ors_lab.client", "ors_lab.protocol"]  # fmt: skip
+                  "ors_lab.evaluation", "ors_lab.feed", "ors_lab.replay", "ors_lab.client",
+                  "ors_lab.protocol"]  # fmt: skip
 
 
 def _isort_style(name: str) -> tuple[int, str]:
@@ -34,7 +35,8 @@ def test_public_names() -> None:
     recording transport; every event type is public in ors_lab.events."""
     expected = {"Client", "AsyncClient", "ToolResult", "ToolOutput", "TextBlock", "ImageBlock", "Task", "Split",
                 "Block", "Step", "Event", "AgentEvent", "WireEvent", "EventStream", "Subscription",
-                "RecordingTransport", "Recorder", "Trace", "load_trace", "evaluate", "EvalResult"}  # fmt: skip
+                "RecordingTransport", "Recorder", "Trace", "load_trace", "evaluate", "EvalResult", "Feed",
+                "watch"}  # fmt: skip
     assert expected <= set(ors_lab.__all__)
     assert {cls.__name__ for cls in ors_lab.events.EVENT_TYPES.values()} <= set(ors_lab.events.__all__)
 
@@ -45,7 +47,7 @@ def test_evaluate_takes_its_keywords_in_the_signature() -> None:
     kinds = {p.kind for p in sync.parameters.values()}
     assert inspect.Parameter.VAR_KEYWORD not in kinds and inspect.Parameter.VAR_POSITIONAL not in kinds
     assert list(sync.parameters) == list(run.parameters)
-    assert {"split", "tasks", "rollouts", "concurrency", "record", "resume", "reward", "subscribe"} <= set(
+    assert {"split", "tasks", "rollouts", "concurrency", "record", "resume", "reward", "subscribe", "feed"} <= set(
         sync.parameters
     )
 

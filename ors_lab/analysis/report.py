@@ -39,7 +39,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -51,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ors_lab.analysis.frames import TOKENS, default_ks, errors_frame, summary_frame, tasks_frame
-from ors_lab.events import agent_event
+from ors_lab.events import agent_event, strict_json
 from ors_lab.html import Markup, escape, stylesheet
 from ors_lab.notebook.run import (
     HTML_CELLS,
@@ -202,8 +201,8 @@ def report_data(trace: Trace, *, timelines: int = TIMELINES, detail_bytes: int =
     size = total = 0
     for timeline in viewer.timelines(chosen):
         key = timeline["key"]
-        text = _json({"timeline": timeline, "transcript": transcripts.get(key)})
-        parts.append(f"{_json(key)}:{text}")
+        text = strict_json({"timeline": timeline, "transcript": transcripts.get(key)})
+        parts.append(f"{strict_json(key)}:{text}")
         chunk_of[key] = len(chunks)
         size += len(text)
         if size >= CHUNK_CHARS:
@@ -470,7 +469,10 @@ def report_html(data: ReportData) -> str:
         raise ValueError("the report's script holds '</script', which would end it early")  # a bug in static/*.js
     runs = "".join(f'<section class="ol-page-run"><div id="{mount}">{card}</div>{tasks}</section>'
                    for mount, card, tasks in data.runs)  # fmt: skip
-    blobs = [("ors-lab-head", _gzip(_json(data.head))), *((f"ors-lab-chunk-{n}", c) for n, c in enumerate(data.chunks))]
+    blobs = [
+        ("ors-lab-head", _gzip(strict_json(data.head))),
+        *((f"ors-lab-chunk-{n}", c) for n, c in enumerate(data.chunks)),
+    ]
     inline = "".join(
         f'<script type="application/octet-stream" data-encoding="gzip+base64" id="{name}">'
         f"{base64.b64encode(blob).decode('ascii')}</script>\n"
@@ -511,24 +513,6 @@ Open the file in a browser to see the dashboards and every episode's timeline.</
 
 
 # -- small pieces ------------------------------------------------------------------------------------
-
-
-def _json(value: Any) -> str:
-    """Compact JSON the browser parses: a float that is not finite (NaN, infinity) is null."""
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except ValueError:
-        return json.dumps(_finite(value), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _gzip(text: str) -> bytes:

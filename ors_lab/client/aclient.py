@@ -47,7 +47,7 @@ import httpx2
 
 from ors_lab.client.policy import BEFORE_SENDING, RETRY_STATUSES, RetryPolicy, is_starting, outcome_unknown
 from ors_lab.client.shielding import outlast_cancel
-from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream
+from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream, unreachable
 from ors_lab.client.transport import AiohttpTransport
 from ors_lab.client.url import server_url
 from ors_lab.events import (
@@ -202,19 +202,6 @@ class _CallProgress:
         if self.assembler is not None and self.assembler.task_id is not None:
             return self.assembler.task_id
         return self.task_id
-
-
-def _unreachable(exc: BaseException) -> str:
-    """Why no connection could be made, in a few words (``connection refused``), from the error's chain."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, TimeoutError | httpx2.TimeoutException):
-            return "timed out connecting"
-        if isinstance(seen, OSError) and (seen.errno or seen.strerror):
-            text = os.strerror(seen.errno) if seen.errno and seen.errno > 0 else str(seen.strerror)
-            return text[:1].lower() + text[1:]
-        seen = seen.__cause__ or seen.__context__
-    return describe_error(exc)
 
 
 def _bare(exc: BaseException) -> BaseException:
@@ -608,7 +595,7 @@ class AsyncClient:
         except BEFORE_SENDING as exc:
             if attempt >= self.retry.attempts:
                 raise ConnectionFailedError(
-                    f"cannot reach the ORS server at {self.base_url}: {_unreachable(exc)} "
+                    f"cannot reach the ORS server at {self.base_url}: {unreachable(exc)} "
                     f"({attempt} {'try' if attempt == 1 else 'tries'}; the request was never sent)",
                     before_sending=True,
                     **context,

@@ -12,6 +12,7 @@ through it are tapped the same way (the agent's LLM traffic).
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -32,7 +33,15 @@ from ors_lab.protocol.errors import MalformedStreamError
 from ors_lab.protocol.models import ToolResult
 from ors_lab.protocol.sse import MAX_LINE_BYTES, SSEComment, SSEDecoder
 
-__all__ = ["EXCHANGES", "BodyReader", "ExchangeTap", "RecordingTransport", "describe_error", "is_event_stream"]
+__all__ = [
+    "EXCHANGES",
+    "BodyReader",
+    "ExchangeTap",
+    "RecordingTransport",
+    "describe_error",
+    "is_event_stream",
+    "unreachable",
+]
 
 EXCHANGES = itertools.count(1)
 """Exchange numbers: one counter per process, shared by every client and proxy in it, so that the
@@ -42,6 +51,19 @@ requests recorded into one trace never share a number."""
 def describe_error(exc: BaseException) -> str:
     """``ExceptionType: message``, as disconnect and error rows hold an exception."""
     return f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
+
+
+def unreachable(exc: BaseException) -> str:
+    """Why no connection could be made, in a few words (``connection refused``), from the error's chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TimeoutError | httpx2.TimeoutException):
+            return "timed out connecting"
+        if isinstance(seen, OSError) and (seen.errno or seen.strerror):
+            text = os.strerror(seen.errno) if seen.errno and seen.errno > 0 else str(seen.strerror)
+            return text[:1].lower() + text[1:]
+        seen = seen.__cause__ or seen.__context__
+    return describe_error(exc)
 
 
 def is_event_stream(headers: httpx2.Headers) -> bool:

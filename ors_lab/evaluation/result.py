@@ -42,7 +42,8 @@ class EvalResult:
 
     ``table`` holds the run's rows (resumed episodes' included); ``episodes`` has one row per
     (task, rollout) pair, in order. ``rollouts`` sets the pass@k columns (pass@1 and pass@rollouts).
-    ``agent`` names the agent (its class and model, or its name). In a notebook it shows itself as
+    ``agent`` names the agent (its class and model, or its name); ``feed_url`` is where its live feed
+    was served (``evaluate(..., feed=...)``), or None. In a notebook it shows itself as
     a summary card, its last errors, a small grid and the per-task table (``_repr_html_``).
     """
 
@@ -59,6 +60,7 @@ class EvalResult:
         elapsed_s: float | None = None,
         resumed: int = 0,
         agent: str | None = None,
+        feed_url: str | None = None,
     ) -> None:
         self.table = table
         self.environment = environment
@@ -70,6 +72,7 @@ class EvalResult:
         self.elapsed_s = elapsed_s
         self.resumed = resumed
         self.agent = agent
+        self.feed_url = feed_url
 
     def __len__(self) -> int:
         return len(self.episodes)

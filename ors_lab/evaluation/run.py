@@ -33,6 +33,11 @@ How a run goes:
   final state and a static summary when the run ends, however it ends; the progress line
   elsewhere; nothing when live views are ``"off"``. It is an inline subscriber doing a little
   bookkeeping per event; if it fails, it is detached (or never shown) and the run goes on.
+- ``feed=PORT`` (or a ``Feed``) serves the run's events on 127.0.0.1 as Server-Sent Events while it
+  runs (``ors_lab.feed``, ``docs/feed.md``), for ``ol.watch`` and ``ors-lab watch`` anywhere else: a
+  port is taken before anything else (0: a free one; a port in use is an ``OSError``), its URL is
+  said on stderr when the run shows its progress and is the result's ``feed_url``; the run's
+  ``end`` event is sent however it ends, and a feed made from a port is closed with the run.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import threading
 import time
 from collections import deque
@@ -81,6 +87,7 @@ from ors_lab.events import (
     Subscriber,
     UsageEvent,
 )
+from ors_lab.feed.server import Feed
 from ors_lab.protocol.errors import ORSError, TraceExistsError, TraceFormatError
 from ors_lab.recording.parts import parts_dir
 from ors_lab.recording.recorder import Recorder
@@ -140,6 +147,7 @@ async def aevaluate(
     reward: Reduction = "sum",
     success_threshold: float = 1.0,
     subscribe: Subscriber | None = None,
+    feed: int | Feed | None = None,
 ) -> EvalResult:
     """Evaluate ``agent`` on ``env``'s ``split``; see the module docstring. Returns an ``EvalResult``.
 
@@ -150,7 +158,8 @@ async def aevaluate(
     ``progress``: show the run live (a dashboard in a notebook, a line elsewhere). ``reward`` and
     ``success_threshold``: how steps reduce to an episode's reward and success
     (``ors_lab.analysis.reduce``). ``subscribe``: called with every agent event of the run
-    (``ors_lab.events``), inline.
+    (``ors_lab.events``), inline. ``feed``: serve the run's events live on 127.0.0.1, on this port
+    (0: a free one) or through this ``Feed`` (``docs/feed.md``).
 
     Cancelled, it stops its episodes, deletes their sessions and closes the trace before raising
     ``CancelledError``; ``last_result()`` then holds the partial result.
@@ -160,7 +169,7 @@ async def aevaluate(
         env,
         agent,
         _Options(split, tasks, rollouts, concurrency, max_steps, timeout, record, resume, progress, reward,
-                 success_threshold, subscribe),
+                 success_threshold, subscribe, feed),
         _Ending(),
     )  # fmt: skip
 
@@ -179,6 +188,7 @@ class _Options:
     reward: Reduction
     success_threshold: float
     subscribe: Subscriber | None
+    feed: int | Feed | None = None
 
 
 async def _evaluate(
@@ -186,7 +196,6 @@ async def _evaluate(
 ) -> EvalResult:
     """``aevaluate``'s work; ``ending`` follows how far it got (for ``evaluate``'s message if interrupted)."""
     __tracebackhide__ = True
-    global _last
     ending.started = True
     aenv = _async_environment(env)
     if o.rollouts < 1:
@@ -200,7 +209,16 @@ async def _evaluate(
     agent_name = _agent_name(agent)
     events = EventStream(parent=aenv.events)
     run_env = AsyncEnvironment(aenv.client, aenv.name, events=events)
-    recorder, own_recorder, done, resumed_rows, created = _open_recorder(o.record, o.resume, aenv.name, o.split)
+    feed = _open_feed(o.feed)  # its port first: a port in use fails the run before it makes anything
+    try:
+        recorder, own_recorder, done, resumed_rows, created = _open_recorder(o.record, o.resume, aenv.name, o.split)
+    except BaseException:
+        if feed is not None and feed is not o.feed:
+            feed.close()
+        raise
+    if feed is not None and o.progress:
+        print(f"eval {aenv.name}/{o.split}: live feed at {feed.url}", file=sys.stderr, flush=True)
+    fed = False
     # the result's rows: taken from the tables the recorder writes, else made here
     rows: _RecordedRows | _ResultRows = _RecordedRows(recorder) if recorder is not None else _ResultRows()
     subscriptions = [events.subscribe(rows, kinds=rows.KINDS), events.subscribe(ending, kinds=ending.KINDS)]
@@ -218,8 +236,11 @@ async def _evaluate(
         ending.total = len(keys)
         resumed = [done[key] for key in keys.values() if key in done]
         todo = deque(pair for pair, key in keys.items() if key not in done)
+        records = _episode_records(resumed_rows, set(resumed)) if resumed else []
+        if feed is not None:
+            fed = _begin_feed(feed, events, aenv.name, o.split, list(keys), agent_name, records)
         if o.progress:
-            view = _show_progress(events, aenv.name, o.split, list(keys), agent_name, resumed_rows, resumed)
+            view = _show_progress(events, aenv.name, o.split, list(keys), agent_name, records)
 
         async def work() -> None:
             while todo:
@@ -243,6 +264,36 @@ async def _evaluate(
         subscription.close()
     if view is not None:
         _end_progress(view, stopped_by)
+    if fed:
+        assert feed is not None
+        _end_feed(feed, stopped_by)
+    try:
+        return await _finish(rows, resumed_rows, resumed, aenv.name, o, recorder, own_recorder, created, started,
+                             agent_name, stopped_by, ending, feed)  # fmt: skip
+    finally:
+        if feed is not None and feed is not o.feed:
+            feed.close()
+
+
+async def _finish(
+    rows: _RecordedRows | _ResultRows,
+    resumed_rows: pa.Table | None,
+    resumed: list[str],
+    environment: str,
+    o: _Options,
+    recorder: Recorder | None,
+    own_recorder: bool,
+    created: bool,
+    started: float,
+    agent_name: str,
+    stopped_by: BaseException | None,
+    ending: _Ending,
+    feed: Feed | None,
+) -> EvalResult:
+    """The end of ``_evaluate``: the trace closed, the result made; the run's interrupt or failure raised again."""
+    __tracebackhide__ = True
+    global _last
+    feed_url = feed.url if feed is not None else None
     if recorder is not None:  # every row of the run written, and handed to its reader; never left half-done
         try:
             await outlast_cancel(asyncio.to_thread(recorder.close if own_recorder else recorder.flush))
@@ -256,10 +307,11 @@ async def _evaluate(
         assert recorder is not None
         await asyncio.to_thread(discard_unstarted, recorder.path)
     if stopped_by is None:
-        _last = _result(rows, resumed_rows, resumed, aenv.name, o, recorder, started, agent_name)
+        _last = _result(rows, resumed_rows, resumed, environment, o, recorder, started, agent_name, feed_url)
         return _last
     try:
-        _last = ending.result = _result(rows, resumed_rows, resumed, aenv.name, o, recorder, started, agent_name)
+        _last = ending.result = _result(rows, resumed_rows, resumed, environment, o, recorder, started, agent_name,
+                                        feed_url)  # fmt: skip
     except Exception:  # the interrupt is what is reported; the trace still holds it all
         log.exception("ors_lab: the partial result of an interrupted evaluation could not be built")
     ending.cleaned = True
@@ -272,8 +324,7 @@ def _show_progress(
     split: str,
     keys: list[tuple[int, int]],
     agent: str,
-    resumed_rows: pa.Table | None,
-    resumed: list[str],
+    records: list[dict[str, Any]],
 ) -> LiveView | None:
     """The run's live view, subscribed and shown (None when live views are off, or if it failed to show)."""
     from ors_lab.notebook import LiveView, resolve
@@ -283,7 +334,6 @@ def _show_progress(
         mode = resolve()
         if mode == "off":
             return None
-        records = _episode_records(resumed_rows, set(resumed)) if resumed else []
         state = RunState(environment, split, keys, agent=agent, resumed=records)
         view = LiveView(state, mode=mode)
         view.attach(events)
@@ -293,16 +343,55 @@ def _show_progress(
         return None
 
 
+def _status(stopped_by: BaseException | None) -> str:
+    """How a run ended: ``finished``, ``interrupted`` (Ctrl-C, cancelled) or ``failed``."""
+    if stopped_by is None:
+        return "finished"
+    return "interrupted" if isinstance(stopped_by, KeyboardInterrupt | asyncio.CancelledError) else "failed"
+
+
 def _end_progress(view: LiveView, stopped_by: BaseException | None) -> None:
     """Leave the view with the run's final state, however the run ended."""
-    status = "finished" if stopped_by is None else "failed"
-    if isinstance(stopped_by, KeyboardInterrupt | asyncio.CancelledError):
-        status = "interrupted"
     try:
-        view.state.end(status)  # type: ignore[attr-defined]  # a RunState; the workers are done: nothing else writes it
+        view.state.end(_status(stopped_by))  # type: ignore[attr-defined]  # a RunState; the workers are done
         view.close()
     except Exception:
         log.exception("ors_lab: the evaluation's live view could not be closed")
+
+
+def _open_feed(feed: int | Feed | None) -> Feed | None:
+    """The run's feed: the caller's, or one started on the port given (closed with the run)."""
+    if feed is None or isinstance(feed, Feed):
+        return feed
+    if isinstance(feed, bool) or not isinstance(feed, int):
+        raise TypeError(f"feed takes a port number (0: a free one) or an ors_lab.Feed, not {feed!r}")
+    return Feed(feed).start()
+
+
+def _begin_feed(
+    feed: Feed,
+    events: EventStream,
+    environment: str,
+    split: str,
+    keys: list[tuple[int, int]],
+    agent: str,
+    records: list[dict[str, Any]],
+) -> bool:
+    """Send the run on its feed from now on; False if the feed failed (the run goes on without it)."""
+    try:
+        feed.begin(events, environment=environment, split=split, keys=keys, agent=agent, resumed=records)
+    except Exception:  # the run matters more than its feed
+        log.exception("ors_lab: the evaluation's live feed could not begin; the run goes on without it")
+        return False
+    return True
+
+
+def _end_feed(feed: Feed, stopped_by: BaseException | None) -> None:
+    """The run's last events and its ``end`` on its feed, however it ended."""
+    try:
+        feed.end(_status(stopped_by))
+    except Exception:
+        log.exception("ors_lab: the evaluation's live feed could not send its end")
 
 
 def _agent_name(agent: Agent | Policy) -> str:
@@ -349,6 +438,7 @@ def _result(
     recorder: Recorder | None,
     started: float,
     agent: str,
+    feed_url: str | None = None,
 ) -> EvalResult:
     table = rows.table()
     if resumed_rows is not None:
@@ -364,6 +454,7 @@ def _result(
         elapsed_s=time.monotonic() - started,
         resumed=len(resumed),
         agent=agent,
+        feed_url=feed_url,
     )
 
 
@@ -418,6 +509,7 @@ def evaluate(
     reward: Reduction = "sum",
     success_threshold: float = 1.0,
     subscribe: Subscriber | None = None,
+    feed: int | Feed | None = None,
 ) -> EvalResult:
     """The sync twin of ``aevaluate`` (the same arguments); works in scripts and inside Jupyter's loop.
 
@@ -428,7 +520,7 @@ def evaluate(
     """
     __tracebackhide__ = True
     options = _Options(split, tasks, rollouts, concurrency, max_steps, timeout, record, resume, progress, reward,
-                       success_threshold, subscribe)  # fmt: skip
+                       success_threshold, subscribe, feed)  # fmt: skip
     ending = _Ending()
     run = _evaluate(env.aio if isinstance(env, Environment) else env, agent, options, ending)
     runner = env.runner if isinstance(env, Environment) else Runner()

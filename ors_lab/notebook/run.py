@@ -421,16 +421,20 @@ class RunState(ViewState):
             "error": self._error,
             "episode": self._episode,
         }
-        for record in resumed:
+        self.resume(resumed)
+
+    def __repr__(self) -> str:
+        return f"RunState({self.text()!r})"
+
+    def resume(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Count outcomes a trace already held (``resumed=`` at the start does this): done, not run now."""
+        for record in records:
             key = (int(record["task_index"]), int(record["rollout"]))
             if key in self._cell:
                 tokens = tuple(record.get(f"{name}_tokens") for name in _TOKEN_NAMES)
                 outcome = _Outcome(float(record["reward"]), bool(record["success"]), record.get("error"), tokens,  # type: ignore[arg-type]
                                    record.get("error_type"))  # fmt: skip
                 self._record(key, outcome, resumed=True)
-
-    def __repr__(self) -> str:
-        return f"RunState({self.text()!r})"
 
     # -- events -----------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from ors_lab.events import Event, EventStream, Subscription
@@ -111,6 +112,15 @@ class LiveView:
     def __call__(self, event: Event) -> None:
         with self._lock:
             changed = self.state.apply(event)
+        if changed:
+            self._throttle.touch()
+
+    def update(self, change: Callable[[], bool]) -> None:
+        """Run ``change()``, which changes the state, as an event does: under the view's lock, and
+        when it returns True the front end is updated (throttled). For a state fed by something other
+        than an event stream (``ors_lab.feed``: a live feed read from another process)."""
+        with self._lock:
+            changed = change()
         if changed:
             self._throttle.touch()
 

@@ -2,9 +2,9 @@
 
 ``static/common.js`` (helpers, the colour scale), one ``static/<view>.js`` per view and
 ``static/main.js`` (the entry point) are joined into one ES module; ``ors_lab/html/style.css`` is
-its CSS. No CDN, no network, no npm build: the same files render the HTML report. A page of its
-own (``page_esm``: the report) adds ``static/page.js``, a model the page plays instead of the
-kernel, and the page's entry (``static/<page>.js``). anywidget and ipywidgets are imported when
+its CSS. No CDN, no network, no npm build: the same files render the HTML report and the page of
+``ors-lab watch``. A page of its own (``page_esm``) adds ``static/page.js``, a model the page plays
+instead of the kernel, and the page's entry (``static/<page>.js``). anywidget and ipywidgets are imported when
 the first widget is made, never by ``import ors_lab``.
 """
 
@@ -23,7 +23,7 @@ __all__ = ["PAGES", "VIEWS", "esm", "make_front", "page_esm"]
 
 VIEWS = ("session", "run", "trace")
 """The renderers in ``static/``, besides ``common.js`` (first) and ``main.js`` (last)."""
-PAGES = ("report",)
+PAGES = ("report", "watch")
 """The pages of their own in ``static/``: each the entry of a page drawn without a kernel."""
 
 

@@ -1,7 +1,9 @@
 """The matcher both replay faces share: a request in, the recorded answer out.
 
 - Stateless endpoints (``/list_environments``, ``/{env}/tools``, ``/splits``, ``/tasks``, ...) are
-  answered from any recorded exchange with the same method, path and body, as often as asked.
+  answered from any recorded exchange with the same method, path and body, as often as asked; so is
+  a request without a session on a path the trace recorded without one (a live feed's ``GET
+  /events``, recorded through ``ors-lab proxy``: any SSE stream replays).
 - A session is whatever id the replaying client chooses: its ``/create`` claims the first unclaimed
   recorded session whose ``/create`` named the same task (environment, split and index, or task
   spec); ``/create_session`` hands out fresh ids as the servers do.
@@ -125,6 +127,7 @@ class ReplayEngine:
         self._unclaimed: dict[str, deque[str]] = {}  # task identity -> recorded sessions not yet claimed
         for recorded, create in self._creates.items():
             self._unclaimed.setdefault(_identity_key(create.body), deque()).append(recorded)
+        self._sessionless = {(e.method, e.path) for e in self.recording.stateless}
 
     # -- the entry point -------------------------------------------------------------------------
 
@@ -146,7 +149,8 @@ class ReplayEngine:
                 return self._create(sid, body)
             if path.endswith("/num_tasks") and headers.get(REPLAY_HEADER) == EPISODES:
                 return self._with_episodes(self._stateless(method, path, body), path, body)
-            if path in ROOT_STATELESS or path.endswith(STATELESS):
+            sessionless = sid is None and (method, path) in self._sessionless
+            if path in ROOT_STATELESS or path.endswith(STATELESS) or sessionless:
                 return self._stateless(method, path, body)
             return self._in_session(sid, method, path, body)
 

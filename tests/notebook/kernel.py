@@ -176,8 +176,15 @@ class Kernel:
 
     def run(self, code: str, *, timeout: float = 120.0, grace: float = 0.5) -> Cell:
         """Execute ``code``; wait for the cell's idle status, then ``grace`` s more for late messages."""
+        return self.finish(self.start(code), timeout=timeout, grace=grace)
+
+    def start(self, code: str) -> Cell:
+        """Send ``code`` to execute and return at once (the test does something meanwhile); then ``finish(cell)``."""
+        return Cell(code=code, msg_id=self._client.execute(code, allow_stdin=False))
+
+    def finish(self, cell: Cell, *, timeout: float = 120.0, grace: float = 0.5) -> Cell:
+        """Wait for a started cell's idle status, then ``grace`` s more for late messages; its messages are kept."""
         client = self._client
-        cell = Cell(code=code, msg_id=client.execute(code, allow_stdin=False))
         deadline = time.monotonic() + timeout
         idle_at: float | None = None
         while True:
