@@ -236,7 +236,8 @@ def test_a_live_view_advances_in_the_browser_while_its_cell_runs(tmp_path: Path,
     with jupyter_lab.run_all(notebook, name="self-test-live", timeout=60) as run:
         run.page.wait_for_function(started, timeout=30_000)
         first = run.sample(".ors-lab pre", counted)
-        run.page.wait_for_timeout(700)
+        advanced = f"() => ({counted})(document.querySelector('.ors-lab pre')) > {first}"
+        run.page.wait_for_function(advanced, timeout=2_500)  # the next update (10 a second, slower under load)
         second = run.sample(".ors-lab pre", counted)
         still_running = run.running()
         run.screenshot("self-test-live-mid", ".ors-lab")
