@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["HOST", "listen", "read_body", "run_app", "serve_app"]
+__all__ = ["HOST", "lifespan", "listen", "read_body", "run_app", "serve_app"]
 
 HOST = "127.0.0.1"
 
@@ -35,6 +35,17 @@ def _config(app: Any, port: int) -> Any:
         timeout_keep_alive=60,
         timeout_graceful_shutdown=2,
     )
+
+
+async def lifespan(receive: Any, send: Any) -> None:
+    """Answer an ASGI ``lifespan`` scope: none of our apps has anything to start or stop."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 async def read_body(receive: Any) -> bytes:

@@ -40,7 +40,7 @@ from itertools import islice
 from types import TracebackType
 from typing import Any, Self
 
-from ors_lab.asgi import serve_app
+from ors_lab.asgi import lifespan, serve_app
 from ors_lab.events import AGENT_KINDS, EpisodeEvent, Event, EventStream, Subscription, event_from_wire, full_wire
 from ors_lab.events import strict_json as _json
 
@@ -431,13 +431,8 @@ class Feed:
             self._loop = asyncio.get_running_loop()
             self._changed = asyncio.Event()
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         if scope["path"] == PATH and scope["method"] == "GET":

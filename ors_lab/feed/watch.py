@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Self
 
+from ors_lab.asgi import lifespan, read_body
 from ors_lab.events import strict_json
 from ors_lab.feed.reader import FeedReader, feed_url
 from ors_lab.feed.state import FeedState
@@ -171,13 +172,8 @@ class WatchPage:
     async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """The ASGI app: ``GET /`` the page, ``GET /dashboard`` its updates, ``POST /request`` a transcript."""
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
@@ -186,14 +182,8 @@ class WatchPage:
         elif path == "/dashboard" and method == "GET":
             await self._dashboard(receive, send)
         elif path == "/request" and method == "POST":
-            body = b""
-            while True:
-                message = await receive()
-                body += message.get("body", b"")
-                if not message.get("more_body"):
-                    break
             try:
-                asked = json.loads(body)
+                asked = json.loads(await read_body(receive))
             except ValueError:
                 asked = None
             reply = None

@@ -18,7 +18,7 @@ from typing import Any, Self
 import httpx2
 
 from ors_lab.analysis.trace import Trace
-from ors_lab.asgi import read_body, serve_app
+from ors_lab.asgi import lifespan, read_body, serve_app
 from ors_lab.replay.engine import Answer, ReplayEngine
 from ors_lab.replay.faults import Fault
 
@@ -32,13 +32,8 @@ def replay_app(engine: ReplayEngine) -> Any:
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         body = await read_body(receive)
