@@ -37,10 +37,11 @@ from ors_lab.replay.check import check_trace
 from tests.conftest import REPO_ROOT
 from tests.envs.counting_envs import live_sessions
 from tests.scripted_server import Answer, scripted_server
+from tests.soak import cases
 
 SEED = 16
-MOMENTS = 25
-"""Moments per (kernel or asyncio) x (fast or slow agent): 100 in all."""
+MOMENTS = cases(25, 8)
+"""Moments per (kernel or asyncio) x (fast or slow agent): 32 in all, 100 with ORS_LAB_SOAK=1 (``tests/soak.py``)."""
 SECOND_INTERRUPT = 0.3
 """The share of moments where a second interrupt follows the first."""
 AGENTS = '''
@@ -169,8 +170,8 @@ def test_interrupting_evaluate_in_a_kernel_leaves_no_session_open(
     kernel: tuple[KernelManager, BlockingKernelClient],
     tmp_path: Path,
 ) -> None:
-    """SIGINT at 25 seeded moments of a notebook's evaluate: no session left on the server, the kernel lives, and
-    the user gets one line, with the partial result kept."""
+    """SIGINT at seeded moments of a notebook's evaluate: no session left on the server, the kernel lives,
+    and the user gets one line, with the partial result kept."""
     server, live = counting_server
     km, kc = kernel
     name, rollouts, span = RUNS["kernel", agent]
@@ -227,7 +228,7 @@ def test_interrupting_evaluate_in_a_kernel_leaves_no_session_open(
 async def test_cancelling_aevaluate_leaves_no_session_open(
     agent: str, counting_server: tuple[ServerProcess, Path], tmp_path: Path
 ) -> None:
-    """Cancelling an aevaluate task at 25 seeded moments (at times twice): no session left open on the server."""
+    """Cancelling an aevaluate task at seeded moments (at times twice): no session left open on the server."""
     server, live = counting_server
     namespace: dict[str, Any] = {}
     exec(AGENTS, namespace)  # the same agents as the kernel runs

@@ -1,9 +1,9 @@
-"""SIGKILL of a recording evaluation at 20 seeded moments: every partial trace loads, and a resume
-runs each (task, rollout) exactly once.
+"""SIGKILL of a recording evaluation at seeded moments: every partial trace loads, and a resume runs
+each (task, rollout) exactly once. 6 moments, or 20 with ``ORS_LAB_SOAK=1`` (``tests/soak.py``).
 
 The runs are children forked from one ``ZYGOTE`` process that has imported ors_lab once, so a run
 starts in milliseconds and is killed at its moment, from the first request to the trace's
-compaction. The moments are seeded: the same 20 every time, spread over the time a whole run takes
+compaction. The moments are seeded: the same ones every time, spread over the time a whole run takes
 here. The runs' recorders write a part every 50 ms (not 0.5 s), so that a short run has parts
 written, being written and being compacted when it is killed.
 """
@@ -29,9 +29,10 @@ from ors_lab.demo.launch import ServerProcess
 from ors_lab.evaluation import evaluate
 from ors_lab.recording.parts import parts_dir
 from tests.evaluation.policies import expected_reward, lab_policy
+from tests.soak import cases
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MOMENTS = 20
+MOMENTS = cases(20, 6)
 ROLLOUTS = 12  # x 2 tasks of the "test" split
 KEYS = sorted((index, rollout) for index in range(2) for rollout in range(ROLLOUTS))
 
