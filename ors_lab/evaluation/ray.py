@@ -69,6 +69,8 @@ LOOPBACK_ENV = {
 """What a local cluster needs in the process environment before Ray is first imported."""
 
 OBJECT_STORE = 256 * 1024**2
+REVIVE_S = 60.0
+"""How long a dead worker may take to come back (Ray restarting its actor) before its shards go to the others."""
 
 
 @dataclass(frozen=True)
@@ -298,7 +300,7 @@ class RayRun:
         self.actors: list[Any] = []
         self.todo: deque[tuple[int, int]] = deque()
         self.stopping = False
-        self.deaths = 0
+        self.pids: dict[int, set[int]] = {}  # id(actor) -> the processes it has run in (one more each restart)
 
     def attach(self, publish: Callable[[Event], None], lost: Callable[[str], None]) -> None:
         """Where the workers' events go, and whom a lost session is told to."""
@@ -328,10 +330,12 @@ class RayRun:
     async def run(self, pairs: Sequence[tuple[int, int]]) -> None:
         """Run ``pairs`` to their end on the workers; cancelled, stop every worker first."""
         self.todo = deque(pairs)
+        for actor, pid in zip(self.actors, await asyncio.gather(*(a.pid.remote() for a in self.actors)), strict=True):
+            self.pids[id(actor)] = {pid}  # each worker up and answering before the first shard
         feeders = [
             asyncio.create_task(self._feed(actor), name=f"ors-lab ray feeder {n}")
-            for n, actor in enumerate(self.actors)
             for _ in range(2)  # two shards in flight per worker: no idle gap between them
+            for n, actor in enumerate(self.actors)  # the first shards one per worker
         ]
         try:  # not gather: cancelling this task must not cancel the feeders before the workers stop
             await asyncio.wait(feeders)
@@ -370,7 +374,6 @@ class RayRun:
         """Hand shards to one worker until the queue is empty (or the worker is dead for good)."""
         from ray.exceptions import RayActorError
 
-        deaths = 0
         while self.todo and not self.stopping:
             shard = self._shard()
             started: dict[tuple[int, int], tuple[str, int]] = {}
@@ -381,9 +384,25 @@ class RayRun:
                     self._take(offset, batch, started, ended)
             except RayActorError as exc:
                 self._lose(shard, started, ended, exc)
-                deaths += 1
-                if deaths > self.backend.restarts:
+                if not await self._revived(actor):
                     return
+
+    async def _revived(self, actor: Any) -> bool:
+        """Whether a worker that died is back (Ray restarts it, ``restarts`` times at most): it answers
+        within ``REVIVE_S``, and has not been restarted more often than allowed."""
+        from ray.exceptions import RayActorError
+
+        deadline = time.monotonic() + REVIVE_S
+        while time.monotonic() < deadline and not self.stopping:
+            try:
+                pid = await actor.pid.remote()
+            except RayActorError:
+                await asyncio.sleep(0.2)
+                continue
+            pids = self.pids.setdefault(id(actor), set())
+            pids.add(pid)
+            return len(pids) <= self.backend.restarts + 1
+        return False
 
     def _take(
         self,
