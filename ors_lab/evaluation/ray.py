@@ -176,6 +176,9 @@ def _loopback_env() -> None:
     """``LOOPBACK_ENV`` and a random auth token in this process's environment (before Ray is imported)."""
     os.environ.update(LOOPBACK_ENV)
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
+    # workers at the driver's priority, as a local run's episodes are (Ray's default, 15, makes them
+    # yield to every other process of the machine: on a busy machine a CPU-bound agent barely runs)
+    os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 def _worker_env(real_home: str | None) -> dict[str, str]:
