@@ -221,6 +221,23 @@ def test_the_live_feed_shows_a_ray_run_as_a_local_one(ors_sdk_server: ServerProc
     assert sum(event.kind == "episode" for event in seen) == len(result) == 12
 
 
+def test_servers_spread_the_workers_over_several_ors_servers(
+    ors_sdk_server: ServerProcess, openreward_server: ServerProcess, tmp_path: Path
+) -> None:
+    """`servers=[a, b]`: worker w0 opens its sessions on a, w1 on b (the trace's /create URLs say so)."""
+    path = tmp_path / "run.parquet"
+    servers = [ors_sdk_server.url, openreward_server.url]
+    with Client(ors_sdk_server.url) as client:
+        result = evaluate(client.environment("lab"), lab_policy, split="train", rollouts=4, record=path,
+                          progress=False, backend=RayBackend(workers=2, cpus=0.5, servers=servers))  # fmt: skip
+    assert list(result.episodes["reward"]) == [expected_reward("train", i, r) for i in range(3) for r in range(4)]
+    table = ol.load_trace(path).table
+    creates = table.filter(pc.and_(pc.equal(table["kind"], "request"), pc.match_substring(table["url"], "/create")))
+    where = {(w, url.split("/create")[0]) for w, url in zip(creates["worker"].to_pylist(), creates["url"].to_pylist(),
+                                                               strict=True)}  # fmt: skip
+    assert where == {("w0", ors_sdk_server.url), ("w1", openreward_server.url)}
+
+
 def test_bad_backend_arguments_fail_clearly() -> None:
     with pytest.raises(ValueError, match="workers must be 1 or more"):
         RayBackend(workers=0)
