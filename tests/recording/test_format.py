@@ -419,13 +419,25 @@ def test_a_version_3_trace_loads_with_null_tokens(demo_run: DemoRun, tmp_path: P
     assert trace.episodes.equals(ors_lab.load_trace(demo_run.path).episodes)
 
 
+def test_a_version_4_trace_loads_with_a_null_worker(demo_run: DemoRun, tmp_path: Path) -> None:
+    """A trace written before the worker column (version 4) still loads, its worker null, its frames whole."""
+    table = pq.read_table(demo_run.path)
+    metadata = {**table.schema.metadata, METADATA_SCHEMA_VERSION: b"4"}
+    old = tmp_path / "old.parquet"
+    pq.write_table(table.drop_columns(["worker"]).replace_schema_metadata(metadata), old)
+    trace = ors_lab.load_trace(old)
+    assert trace.table.schema.names == table.schema.names
+    assert trace.table["worker"].null_count == table.num_rows
+    assert trace.episodes.equals(ors_lab.load_trace(demo_run.path).episodes)
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
         (None, r"^no trace at .*missing\.parquet$"),
         (lambda p: p.write_text("not parquet at all\n"), r"is not a readable Parquet file"),
         (lambda p: pd.DataFrame({"a": [1, 2]}).to_parquet(p), r"is Parquet but not an ors_lab trace"),
-        (_write_wrong_version, r"has trace schema version 999; this ors_lab reads versions 2, 3, 4"),
+        (_write_wrong_version, r"has trace schema version 999; this ors_lab reads versions 2, 3, 4, 5$"),
     ],
     ids=["missing", "not-parquet", "not-a-trace", "wrong-version"],
 )
