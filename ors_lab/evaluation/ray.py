@@ -257,7 +257,7 @@ class _Worker:
         async def one(index: int, rollout: int) -> None:
             async with limit:
                 await _episode(env, agent, job.split, index, rollout, job.max_steps, job.timeout, job.reward,
-                                  job.success_threshold, job.agent_name, worker=self.name)  # fmt: skip
+                               job.success_threshold, job.agent_name, worker=self.name)  # fmt: skip
 
         pending = {asyncio.create_task(one(index, rollout)) for index, rollout in pairs}
         self.episodes |= pending
