@@ -161,7 +161,8 @@ def start_local(cpus: int | None = None) -> LocalCluster:
             _temp_dir=temp_dir,
             runtime_env={"env_vars": _worker_env(real_home)},
         )
-    except BaseException:
+    except BaseException:  # a start that timed out (a loaded machine) leaves no daemon nor folder behind
+        ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
     finally:
