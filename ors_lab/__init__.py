@@ -2,9 +2,9 @@
 
 ``Client`` / ``AsyncClient`` drive sessions; the models and errors are the protocol's own; every
 event is a typed record on an ``EventStream`` (``ors_lab.events`` has them all); ``Recorder`` and
-``load_trace`` write and read traces; ``evaluate`` runs an agent over tasks into DataFrames, and
-``Feed`` / ``watch`` serve and show a run's live feed (these load on first use: pyarrow, pandas
-and uvicorn are heavy).
+``load_trace`` write and read traces; ``evaluate`` runs an agent over tasks into DataFrames (here, or
+on Ray workers with ``RayBackend``), and ``Feed`` / ``watch`` serve and show a run's live feed (these
+load on first use: pyarrow, pandas and uvicorn are heavy).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ from ors_lab.client import (
 from ors_lab.events import AgentEvent, Event, EventStream, Subscription, WireEvent
 from ors_lab.notebook.settings import live_views
 from ors_lab.protocol import (
+    AgentNotShippableError,
     Block,
     CallDeadlineExceededError,
     ConnectionFailedError,
@@ -54,13 +55,14 @@ from ors_lab.protocol import (
     UnknownEnvironmentError,
     UnknownSplitError,
     UnknownTaskError,
+    WorkersLostError,
 )
 from ors_lab.version import __version__
 
 if TYPE_CHECKING:
     from ors_lab.agents import Agent, Episode, Observation, OpenAIAgent, PolicyAgent, Step, ToolCall
     from ors_lab.analysis import Trace, load_trace
-    from ors_lab.evaluation import EvalResult, EvaluationInterrupted, aevaluate, evaluate, last_result
+    from ors_lab.evaluation import EvalResult, EvaluationInterrupted, RayBackend, aevaluate, evaluate, last_result
     from ors_lab.feed import Feed, Watch, watch
     from ors_lab.recording import Recorder
     from ors_lab.replay import AgentReplayTransport, Fault, ReplayServer, ReplayTransport
@@ -74,6 +76,7 @@ _LAZY = {
     "Step": "ors_lab.agents",
     "ToolCall": "ors_lab.agents",
     "EvalResult": "ors_lab.evaluation",
+    "RayBackend": "ors_lab.evaluation",
     "EvaluationInterrupted": "ors_lab.evaluation",
     "aevaluate": "ors_lab.evaluation",
     "evaluate": "ors_lab.evaluation",
@@ -104,6 +107,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Agent",
     "AgentEvent",
+    "AgentNotShippableError",
     "AgentReplayTransport",
     "AsyncClient",
     "AsyncEnvironment",
@@ -131,6 +135,7 @@ __all__ = [
     "OpenAIAgent",
     "OutcomeUnknownError",
     "PolicyAgent",
+    "RayBackend",
     "Recorder",
     "RecordingTransport",
     "ReplayMismatchError",
@@ -164,6 +169,7 @@ __all__ = [
     "UnknownTaskError",
     "Watch",
     "WireEvent",
+    "WorkersLostError",
     "__version__",
     "aevaluate",
     "evaluate",

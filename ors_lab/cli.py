@@ -8,6 +8,9 @@
   existing trace is continued (``--resume``, the default), refused (``--no-resume``) or replaced
   (``--overwrite``). A run that fails before its first episode leaves no trace it created behind.
   ``--feed PORT`` serves the run's events live on 127.0.0.1 (0: a free port; its URL is said first).
+  ``--ray [ADDRESS] --workers N`` runs it on N Ray workers: a private loopback cluster on this machine
+  without ADDRESS, else the cluster at ADDRESS (``auto``, ``ray://HOST:PORT``); ``--concurrency`` is
+  then each worker's (``docs/scale-out.md``).
 - ``ors-lab watch FEED [--port P]``: serve a page on 127.0.0.1 showing the live dashboard of the run
   behind a live feed (``eval --feed``'s URL), until Ctrl-C.
 - ``ors-lab demo-server [--port P]``: serve the demo environments until Ctrl-C.
@@ -99,6 +102,14 @@ def _eval(args: argparse.Namespace) -> int:
     if args.overwrite and args.resume:
         print("ors-lab eval: give --resume or --overwrite, not both", file=sys.stderr)
         return 2
+    if args.workers is not None and args.ray is None:
+        print("ors-lab eval: --workers N goes with --ray [ADDRESS]", file=sys.stderr)
+        return 2
+    backend = None
+    if args.ray is not None:
+        from ors_lab.evaluation.ray import RayBackend
+
+        backend = RayBackend(address=args.ray or None, workers=args.workers or 1)
     resume = not args.overwrite and args.resume is not False
     out = Path(args.out)
     made = [d for d in (out.parent, *out.parent.parents) if not d.exists()]  # removed again if the run fails
@@ -113,7 +124,7 @@ def _eval(args: argparse.Namespace) -> int:
             result = evaluate(client.environment(args.env), agent, split=args.split,  # type: ignore[arg-type]
                               tasks=args.tasks, rollouts=args.rollouts, concurrency=args.concurrency,
                               max_steps=args.max_steps, timeout=args.timeout, record=record,
-                              resume=resume, feed=args.feed)  # fmt: skip
+                              resume=resume, feed=args.feed, backend=backend)  # fmt: skip
     except TraceExistsError:
         raise TraceExistsError(f"{out} already holds a trace; pass --resume to continue it or --overwrite to "
                                "replace it", path=str(out)) from None  # fmt: skip
@@ -334,6 +345,15 @@ def _parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--feed", type=_port, metavar="PORT",
                             help="serve the run's events live on 127.0.0.1:PORT (0: a free port), for ors-lab watch "
                             "and ol.watch")  # fmt: skip
+    evaluation.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                            help="run on Ray workers: a private cluster on this machine (loopback only), or the "
+                            "cluster at ADDRESS (auto, ray://HOST:PORT)")  # fmt: skip
+    evaluation.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="Ray workers, each with its own client, agent and --concurrency (default: 1)",
+    )
     _add_redaction(evaluation)
     evaluation.set_defaults(run=_eval)
     watching = commands.add_parser("watch", help="show the live dashboard of a run behind its live feed, as a page")

@@ -372,6 +372,8 @@ class StartEvent(AgentEvent):
     environment: str | None = None
     split: str | None = None
     task_index: int | None = None
+    worker: str | None = None
+    """The Ray worker running the episode (``ors_lab.evaluation.ray``); None in a local run."""
 
     def to_wire(self) -> dict[str, Any]:
         return {"type": self.kind, "messageId": self.message_id}

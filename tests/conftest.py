@@ -7,10 +7,13 @@ Servers are session-scoped and started lazily, once per test session, on 127.0.0
 - `demo_server`: the bundled demo environments (`ors_lab.demo.env`) on ors-sdk.
 - `counting_server`: `lab` on ors-sdk, writing the sessions it holds to a file (`tests/envs/counting_envs.py`).
 - `cutting_proxy`: a factory, `cutting_proxy(upstream_url, **options) -> CuttingProxy`.
+- `ray_cluster`: one loopback-only local Ray cluster for the session (`ors_lab.evaluation.ray.start_local`);
+  its tests skip where Ray is not installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +73,17 @@ def counting_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     env = {**_CHILD_ENV, LIVE_FILE_VAR: str(live)}
     with serve("tests.envs.counting_envs:ENVIRONMENTS", sdk="ors-sdk", env=env) as server:
         yield server, live
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """A local Ray cluster of 2 CPUs, loopback only, started once for the session (Ray takes seconds to start)."""
+    if importlib.util.find_spec("ray") is None:  # not importorskip: Ray must not be imported before start_local
+        pytest.skip("Ray is not installed (pip install 'ors-lab[ray]')")
+    from ors_lab.evaluation.ray import start_local
+
+    with start_local(cpus=2) as cluster:
+        yield cluster
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -64,6 +65,26 @@ def test_eval_records_prints_and_writes_the_episodes(ors_sdk_server: ServerProce
     assert again.returncode == 0, again.stderr
     assert "6/6 episodes (6 resumed)" in again.stderr
     assert len(load_trace(trace).episodes) == 6
+
+
+def test_eval_on_ray_workers(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
+    """`ors-lab eval --ray --workers 2` starts a private loopback cluster, runs the episodes on its two workers
+    (the trace names them), prints the same summary as a local run, and stops the cluster; --workers alone is
+    refused."""
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is not installed (pip install 'ors-lab[ray]')")
+    trace = tmp_path / "run.parquet"
+    args = [*CLI, "eval", ors_sdk_server.url, "--env", "lab", "--split", "train", "--rollouts", "2",
+            "--agent", "tests.evaluation.policies:lab_policy", "--out", str(trace)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    alone = subprocess.run([*args, "--workers", "2"], capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert alone.returncode == 2 and "--workers N goes with --ray" in alone.stderr
+    done = subprocess.run([*args, "--ray", "--workers", "2"], capture_output=True, text=True, timeout=240,
+                          check=False, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "EvalResult(lab/train: 6 episodes over 3 tasks x 2 rollouts; mean reward 0.500" in done.stdout
+    table = load_trace(trace).table
+    assert set(table["worker"].drop_null().to_pylist()) == {"w0", "w1"}
 
 
 @pytest.mark.parametrize(

@@ -75,6 +75,7 @@ from ors_lab.analysis.trace import load_trace
 from ors_lab.client import AsyncEnvironment, Environment, Runner
 from ors_lab.client.runner import CLEANUP_TIMEOUT
 from ors_lab.client.shielding import outlast_cancel
+from ors_lab.evaluation.ray import Job, RayBackend, RayRun, client_options
 from ors_lab.evaluation.result import ANALYSIS_KINDS, EvalResult
 from ors_lab.events import (
     AGENT_KINDS,
@@ -148,6 +149,7 @@ async def aevaluate(
     success_threshold: float = 1.0,
     subscribe: Subscriber | None = None,
     feed: int | Feed | None = None,
+    backend: RayBackend | None = None,
 ) -> EvalResult:
     """Evaluate ``agent`` on ``env``'s ``split``; see the module docstring. Returns an ``EvalResult``.
 
@@ -159,7 +161,8 @@ async def aevaluate(
     ``success_threshold``: how steps reduce to an episode's reward and success
     (``ors_lab.analysis.reduce``). ``subscribe``: called with every agent event of the run
     (``ors_lab.events``), inline. ``feed``: serve the run's events live on 127.0.0.1, on this port
-    (0: a free one) or through this ``Feed`` (``docs/feed.md``).
+    (0: a free one) or through this ``Feed`` (``docs/feed.md``). ``backend``: None to run here, or a
+    ``RayBackend`` to run on Ray workers (``ors_lab.evaluation.ray``; ``concurrency`` is then per worker).
 
     Cancelled, it stops its episodes, deletes their sessions and closes the trace before raising
     ``CancelledError``; ``last_result()`` then holds the partial result.
@@ -169,7 +172,7 @@ async def aevaluate(
         env,
         agent,
         _Options(split, tasks, rollouts, concurrency, max_steps, timeout, record, resume, progress, reward,
-                 success_threshold, subscribe, feed),
+                 success_threshold, subscribe, feed, backend),
         _Ending(),
     )  # fmt: skip
 
@@ -189,12 +192,14 @@ class _Options:
     success_threshold: float
     subscribe: Subscriber | None
     feed: int | Feed | None = None
+    backend: RayBackend | None = None
 
 
 async def _evaluate(
     env: AsyncEnvironment | Environment, agent: Agent | Policy, o: _Options, ending: _Ending
 ) -> EvalResult:
-    """``aevaluate``'s work; ``ending`` follows how far it got (for ``evaluate``'s message if interrupted)."""
+    """``aevaluate``'s work; ``ending`` follows how far it got (for ``evaluate``'s message if interrupted).
+    On Ray, the workers are started (the agent checked and shipped) before anything else, and stopped last."""
     __tracebackhide__ = True
     ending.started = True
     aenv = _async_environment(env)
@@ -205,6 +210,25 @@ async def _evaluate(
     if o.max_steps is not None and o.max_steps < 1:
         raise ValueError(f"max_steps must be 1 or more (or None), not {o.max_steps}")
     check_reduction(o.reward)
+    if o.backend is None:
+        return await _run(aenv, agent, o, ending, None)
+    if not isinstance(o.backend, RayBackend):
+        raise TypeError(f"backend takes None or an ors_lab.RayBackend, not {o.backend!r}")
+    job = Job(aenv.name, o.split, o.max_steps, o.timeout, o.reward, o.success_threshold, _agent_name(agent),
+              o.concurrency, o.backend.flush_s, client_options(aenv.client))  # fmt: skip
+    ray_run = RayRun(o.backend, aenv, agent, job)
+    try:
+        ray_run.start()
+        return await _run(aenv, agent, o, ending, ray_run)
+    finally:
+        ray_run.close()
+
+
+async def _run(
+    aenv: AsyncEnvironment, agent: Agent | Policy, o: _Options, ending: _Ending, ray_run: RayRun | None
+) -> EvalResult:
+    """The run itself, its episodes here or on ``ray_run``'s workers."""
+    __tracebackhide__ = True
     runner = as_agent(agent)
     agent_name = _agent_name(agent)
     events = EventStream(parent=aenv.events)
@@ -248,9 +272,14 @@ async def _evaluate(
                 await _episode(run_env, runner, o.split, index, rollout, o.max_steps, o.timeout, o.reward,
                                o.success_threshold, agent_name)  # fmt: skip
 
-        workers = [
-            asyncio.create_task(work(), name=f"ors-lab eval worker {n}") for n in range(min(o.concurrency, len(todo)))
-        ]
+        if ray_run is not None:  # its workers' events published on the run's stream, as a local run's are
+            ray_run.attach(events.publish, rows.forget)
+            workers = [asyncio.create_task(ray_run.run(list(todo)), name="ors-lab eval on ray")] if todo else []
+        else:
+            workers = [
+                asyncio.create_task(work(), name=f"ors-lab eval worker {n}")
+                for n in range(min(o.concurrency, len(todo)))
+            ]
         if workers:  # not gather: cancelling this task must not cancel the workers behind _stop's back
             await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
             for worker in workers:
@@ -510,6 +539,7 @@ def evaluate(
     success_threshold: float = 1.0,
     subscribe: Subscriber | None = None,
     feed: int | Feed | None = None,
+    backend: RayBackend | None = None,
 ) -> EvalResult:
     """The sync twin of ``aevaluate`` (the same arguments); works in scripts and inside Jupyter's loop.
 
@@ -520,7 +550,7 @@ def evaluate(
     """
     __tracebackhide__ = True
     options = _Options(split, tasks, rollouts, concurrency, max_steps, timeout, record, resume, progress, reward,
-                       success_threshold, subscribe, feed)  # fmt: skip
+                       success_threshold, subscribe, feed, backend)  # fmt: skip
     ending = _Ending()
     run = _evaluate(env.aio if isinstance(env, Environment) else env, agent, options, ending)
     runner = env.runner if isinstance(env, Environment) else Runner()
@@ -554,8 +584,13 @@ class _RecordedRows:
 
     def __init__(self, recorder: Recorder) -> None:
         self._sessions: set[str | None] = set()
+        self._lost: set[str] = set()
         self._tables: list[pa.Table] = []
         self._stop = recorder.watch(self._take)
+
+    def forget(self, session: str) -> None:
+        """Leave ``session`` out of the result (an episode a dead Ray worker lost: it runs again)."""
+        self._lost.add(session)
 
     def __call__(self, event: Event) -> None:
         self._sessions.add(event.session_id)
@@ -568,7 +603,7 @@ class _RecordedRows:
 
     def table(self) -> pa.Table:
         self._stop()
-        return pa.concat_tables(self._tables) if self._tables else SCHEMA.empty_table()
+        return _without(pa.concat_tables(self._tables) if self._tables else SCHEMA.empty_table(), self._lost)
 
 
 class _ResultRows:
@@ -585,7 +620,12 @@ class _ResultRows:
     def __init__(self) -> None:
         self._rows = Rows(Redactor(), run_id="result", t0_ns=time.monotonic_ns())
         self._tables: list[pa.Table] = []
+        self._lost: set[str] = set()
         self._lock = threading.Lock()
+
+    def forget(self, session: str) -> None:
+        """Leave ``session`` out of the result (an episode a dead Ray worker lost: it runs again)."""
+        self._lost.add(session)
 
     def __call__(self, event: Event) -> None:
         if event.kind == "request" and getattr(event, "call", None) is None:
@@ -598,7 +638,14 @@ class _ResultRows:
     def table(self) -> pa.Table:
         with self._lock:
             tables = [*self._tables, _slim(self._rows.table())]
-        return pa.concat_tables(tables)
+        return _without(pa.concat_tables(tables), self._lost)
+
+
+def _without(table: pa.Table, sessions: set[str]) -> pa.Table:
+    """``table`` less the rows of ``sessions``."""
+    if not sessions:
+        return table
+    return table.filter(pc.invert(pc.is_in(table["session_id"], value_set=pa.array(sorted(sessions), pa.string()))))
 
 
 def _of_sessions(table: pa.Table, sessions: set[str | None]) -> pa.Table:
@@ -715,14 +762,15 @@ async def _episode(
     reduction: Reduction,
     success_threshold: float,
     agent_name: str | None = None,
+    worker: str | None = None,
 ) -> None:
     """Run one (task, rollout) episode to its end, publishing its events; never raises but for cancellation.
-    ``agent_name`` goes into its outcome, so its trace names the agent."""
+    ``agent_name`` goes into its outcome, so its trace names the agent; ``worker`` (a Ray run's) into its start."""
     events = env.events
     session = env.session(split=split, index=index, view=False)  # the run's own view shows its episodes
     sid = session.sid
     events.publish(StartEvent(session_id=sid, rollout=rollout, message_id=sid, environment=env.name, split=split,
-                              task_index=index))  # fmt: skip
+                              task_index=index, worker=worker))  # fmt: skip
     wall, started = time.time(), time.monotonic()
     episode: Episode | None = None
     error: BaseException | None = None

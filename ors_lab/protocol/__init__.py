@@ -2,6 +2,7 @@
 
 from ors_lab.protocol.call import CallAssembler
 from ors_lab.protocol.errors import (
+    AgentNotShippableError,
     CallDeadlineExceededError,
     ConnectionFailedError,
     DeadlineExceededError,
@@ -26,6 +27,7 @@ from ors_lab.protocol.errors import (
     UnknownEnvironmentError,
     UnknownSplitError,
     UnknownTaskError,
+    WorkersLostError,
 )
 from ors_lab.protocol.models import (
     Block,
@@ -41,6 +43,7 @@ from ors_lab.protocol.models import (
 from ors_lab.protocol.sse import ServerSentEvent, SSEComment, SSEDecoder, SSEItem
 
 __all__ = [
+    "AgentNotShippableError",
     "Block",
     "CallAssembler",
     "CallDeadlineExceededError",
@@ -79,4 +82,5 @@ __all__ = [
     "UnknownEnvironmentError",
     "UnknownSplitError",
     "UnknownTaskError",
+    "WorkersLostError",
 ]

@@ -26,6 +26,8 @@
     │       │                       tool ran (a drop before `task_id`, a 5xx): it is not sent again
     │       └── CallDeadlineExceededError  ``call_timeout`` passed after the /call may have reached the server
     ├── SessionClosedError          the session was closed (or found dead) before this use
+    ├── AgentNotShippableError      an agent a Ray run cannot send to its workers (not picklable; also a TypeError)
+    ├── WorkersLostError            every worker of a Ray run died more often than it may be restarted
     └── TraceFormatError            a trace is missing, unreadable, or not an ors_lab trace of this version
         ├── TraceNotFoundError      no trace (nor the parts of one) at the path (also a FileNotFoundError)
         ├── TraceExistsError        a new trace was asked for where one is (also a FileExistsError)
@@ -57,6 +59,7 @@ from types import TracebackType
 from typing import Any
 
 __all__ = [
+    "AgentNotShippableError",
     "CallDeadlineExceededError",
     "ConnectionFailedError",
     "DeadlineExceededError",
@@ -81,6 +84,7 @@ __all__ = [
     "UnknownEnvironmentError",
     "UnknownSplitError",
     "UnknownTaskError",
+    "WorkersLostError",
 ]
 
 
@@ -328,6 +332,21 @@ class CallDeadlineExceededError(DeadlineExceededError, OutcomeUnknownError):
 
 class SessionClosedError(ORSError):
     """The session is closed, or was found dead (for example reaped by the server)."""
+
+
+class AgentNotShippableError(ORSError, TypeError):
+    """A Ray run's agent cannot be sent to its workers (it does not pickle: an open connection, a lock, a
+    lambda's unpicklable closure); raised before any work starts. Pass a picklable agent, or a factory
+    (``RayBackend(agent_factory=...)``) that each worker calls to make its own."""
+
+    context_in_message = False
+
+
+class WorkersLostError(ORSError):
+    """Every worker of a Ray run died more often than ``RayBackend.restarts`` allows; the episodes they had
+    not finished are not in the result (the trace holds them as failed, and ``resume=True`` runs them)."""
+
+    context_in_message = False
 
 
 class TraceFormatError(ORSError):

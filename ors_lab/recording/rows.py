@@ -123,7 +123,10 @@ def _backoff(retry_after: Any) -> float | None:
 
 # per agent event type: its typed columns besides data and input, and how an event gives their values
 _AGENT: dict[type[AgentEvent], tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {
-    StartEvent: (("environment", "split", "task_index"), attrgetter("environment", "split", "task_index")),
+    StartEvent: (
+        ("environment", "split", "task_index", "worker"),
+        attrgetter("environment", "split", "task_index", "worker"),
+    ),
     ToolInputStartEvent: (("tool",), lambda e: (e.tool_name,)),
     ToolInputAvailableEvent: (("tool",), lambda e: (e.tool_name,)),
     ToolOutputAvailableEvent: (("tool", "call"), attrgetter("tool", "call")),
@@ -186,6 +189,8 @@ class Rows:
         self._calls: dict[str | None, dict[int, tuple[str | None, str | None]]] = {}  # session -> call -> tool, input
         self._closed: deque[tuple[int, str]] = deque()  # (seq, session id) of closes: forgotten once converted
         self._changed: dict[str | None, int] = {}  # session id -> the seq of the last row that set its context
+        self._workers: dict[str | None, str] = {}  # session id -> the worker its start row names (a Ray run)
+        self._ended: deque[tuple[int, str | None]] = deque()  # (seq, session id) of episode rows of such sessions
         self._urls: dict[str, tuple[str, bool]] = {}  # URL -> redacted, is a /create
         # an httpx2 header item (raw name, lower-case name, value) -> its lower-case name, its JSON member
         self._header_items: dict[tuple[bytes, ...], tuple[str, str]] = {}
@@ -264,6 +269,8 @@ class Rows:
         known = next((cls for cls in kind.__mro__ if cls in _AGENT), None)
         typed_names, typed = _AGENT[known] if known is not None else _NO_COLUMNS
         episode = issubclass(kind, EpisodeEvent)  # its data is its record; every other one's, its wire form
+        start = issubclass(kind, StartEvent)  # names the worker of its session's rows
+        workers, ended = self._workers, self._ended
         own_input = issubclass(kind, ToolInputAvailableEvent)
         call_input = issubclass(kind, _CALL_INPUT)
         calls = self._calls
@@ -276,6 +283,10 @@ class Rows:
             else:
                 given = None
             data = _compact(e.record()) if episode else e.to_json()
+            if start and e.worker is not None:
+                workers[e.session_id] = e.worker
+            elif episode and e.session_id in workers:
+                ended.append((self.next_seq, e.session_id))
             return (kind, e.session_id, e.rollout, e.t_ns, data, given, *typed(e))
 
         def finish(kind: type, columns: Columns) -> None:
@@ -502,6 +513,8 @@ class Rows:
                 self._sessions.pop(sid, None)
                 self._calls.pop(sid, None)
                 self._changed.pop(sid, None)
+        while self._ended and self._ended[0][0] < end:  # an episode's outcome is its last row: its worker can go
+            self._workers.pop(self._ended.popleft()[1], None)
         wall = pc.add(pc.divide(table["t_ns"], 1000), wall_ns(self.t0) // 1000)
         run_id = pa.repeat(pa.scalar(self.run_id, pa.string()), table.num_rows)
         table = table.append_column("run_id", run_id).append_column("wall", wall.cast(SCHEMA.field("wall").type))
@@ -517,6 +530,9 @@ class Rows:
         for position, name in enumerate(CONTEXT):
             known = pa.array([context[position] for context in contexts], type=_FIELD[name].type)
             table = _fill(table, name, known.take(where))
+        if self._workers:
+            workers = pa.array([self._workers.get(sid) for sid in sessions], pa.string())
+            table = _fill(table, "worker", workers.take(where))
         calls = pc.binary_join_element_wise(table["session_id"], pc.cast(table["call"], pa.string()), "\x1f")
         keys = pc.unique(calls).drop_null().to_pylist()
         if keys:

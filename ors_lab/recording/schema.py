@@ -13,8 +13,8 @@ from ors_lab.events import AGENT_KINDS, EVENT_TYPES, AgentEvent
 
 __all__ = ["ADDED_COLUMNS", "AGENT_KINDS", "COLUMNS", "KIND_LAYER", "LAYERS", "SCHEMA", "SCHEMA_VERSION", "upgrade"]
 
-SCHEMA_VERSION = "4"  # 2: the exchange column; 3: the rollout column; 4: the token columns
-READABLE_VERSIONS = ("2", "3", "4")
+SCHEMA_VERSION = "5"  # 2: the exchange column; 3: the rollout column; 4: the token columns; 5: worker
+READABLE_VERSIONS = ("2", "3", "4", "5")
 
 METADATA_SCHEMA_VERSION = b"ors_lab.schema_version"
 METADATA_VERSION = b"ors_lab.version"
@@ -71,10 +71,16 @@ SCHEMA = pa.schema(
         pa.field("output_tokens", pa.int64()),
         pa.field("reasoning_tokens", pa.int64()),
         pa.field("cached_tokens", pa.int64()),
+        # who: the Ray worker that ran the row's session (null in a local run)
+        pa.field("worker", pa.string()),
     ]
 )
 
-ADDED_COLUMNS = {"3": ("rollout",), "4": ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens")}
+ADDED_COLUMNS = {
+    "3": ("rollout",),
+    "4": ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens"),
+    "5": ("worker",),
+}
 """The columns each schema version added: an older trace reads with them null."""
 
 

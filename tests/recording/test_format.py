@@ -406,16 +406,23 @@ def test_a_version_2_trace_loads_with_a_null_rollout(demo_run: DemoRun, tmp_path
     assert trace.table.schema.names == table.schema.names
 
 
-def test_a_version_3_trace_loads_with_null_tokens(demo_run: DemoRun, tmp_path: Path) -> None:
-    """A trace written before the token columns (version 3) still loads, its token columns null, its frames whole."""
+@pytest.mark.parametrize(
+    ("version", "added"),
+    [("3", ["input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens"]), ("4", ["worker"])],
+    ids=["version-3-tokens", "version-4-worker"],
+)
+def test_an_older_trace_loads_with_the_later_columns_null(
+    demo_run: DemoRun, tmp_path: Path, version: str, added: list[str]
+) -> None:
+    """A trace written before the token columns (version 3) or the worker column (version 4) still loads,
+    those columns null, its frames whole."""
     table = pq.read_table(demo_run.path)
-    metadata = {**table.schema.metadata, METADATA_SCHEMA_VERSION: b"3"}
-    tokens = ["input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens"]
+    metadata = {**table.schema.metadata, METADATA_SCHEMA_VERSION: version.encode()}
     old = tmp_path / "old.parquet"
-    pq.write_table(table.drop_columns(tokens).replace_schema_metadata(metadata), old)
+    pq.write_table(table.drop_columns(added).replace_schema_metadata(metadata), old)
     trace = ors_lab.load_trace(old)
     assert trace.table.schema.names == table.schema.names
-    assert all(trace.table[name].null_count == table.num_rows for name in tokens)
+    assert all(trace.table[name].null_count == table.num_rows for name in added)
     assert trace.episodes.equals(ors_lab.load_trace(demo_run.path).episodes)
 
 
@@ -425,7 +432,7 @@ def test_a_version_3_trace_loads_with_null_tokens(demo_run: DemoRun, tmp_path: P
         (None, r"^no trace at .*missing\.parquet$"),
         (lambda p: p.write_text("not parquet at all\n"), r"is not a readable Parquet file"),
         (lambda p: pd.DataFrame({"a": [1, 2]}).to_parquet(p), r"is Parquet but not an ors_lab trace"),
-        (_write_wrong_version, r"has trace schema version 999; this ors_lab reads versions 2, 3, 4"),
+        (_write_wrong_version, r"has trace schema version 999; this ors_lab reads versions 2, 3, 4, 5$"),
     ],
     ids=["missing", "not-parquet", "not-a-trace", "wrong-version"],
 )
