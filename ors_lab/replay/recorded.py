@@ -4,15 +4,24 @@ Each request row, its response row and the chunk, event and comment rows that sh
 ``exchange`` number become one ``Exchange``: what was asked (method, path, body, tool and input)
 and what came back (status, headers, body, or the SSE items grouped by the network chunk that
 delivered them, each with its delay after the response head).
+
+The index is built from the trace's columns with Arrow and numpy, never row by row in Python: the
+rows of one exchange are grouped by (run, exchange number), one compact table keeps one row per
+exchange (sorted by session, then by ``seq``) and another one row per SSE item, so that a session's
+exchanges and items are two slices. ``Exchange`` objects are made when they are asked for (a
+session when it is claimed, a stateless answer when it is played), and kept, with their ``played``
+counts, from then on. Load time and memory grow linearly with the trace (``bench/scale_replay.py``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -24,8 +33,23 @@ __all__ = ["EpisodeKey", "Exchange", "Item", "Recording", "matches", "recorded_e
 
 COLUMNS = [
     "run_id", "layer", "seq", "t_ns", "kind", "session_id", "call", "attempt", "exchange", "method", "url", "status",
-    "headers", "body", "ttfb_ns", "event", "data", "sse_id", "retry_ms", "comment", "tool", "input",
+    "headers", "body", "event", "data", "sse_id", "retry_ms", "comment", "environment", "split", "task_index",
+    "rollout", "error",
 ]  # fmt: skip
+
+KINDS = ["request", "response", "chunk", "event", "comment"]
+REQUEST, RESPONSE, CHUNK, EVENT, COMMENT = range(len(KINDS))
+
+# a JSON object whose values are all texts, as RE2 matches it (a sufficient test: what fails it is parsed in Python)
+_TEXT = r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"'
+_SPACE = r"[ \t\n\r]*"
+_PAIR = f"{_TEXT}{_SPACE}:{_SPACE}{_TEXT}{_SPACE}"
+HEADERS_PATTERN = f"^{_SPACE}\\{{{_SPACE}(?:{_PAIR}(?:,{_SPACE}{_PAIR})*)?\\}}{_SPACE}$"
+
+
+def _columns(trace: Trace) -> pa.Table:
+    """The columns replay reads, the one place it reads a trace."""
+    return trace.table.select(COLUMNS)
 
 
 @dataclass(slots=True)
@@ -75,6 +99,7 @@ class Exchange:
     head_ns: int = 0
     chunks: list[tuple[int, list[Item]]] = field(default_factory=list)
     played: int = 0
+    row: int = field(default=-1, compare=False, repr=False)  # its place in the ``Recording``
 
     @property
     def sse(self) -> bool:
@@ -105,56 +130,199 @@ class Exchange:
 
 
 class Recording:
-    """The exchanges of a trace: ``stateless`` ones, and ``sessions`` (recorded id → exchanges in order).
+    """The exchanges of a trace, indexed: sessions (recorded id → exchanges in order) and stateless ones.
 
     ``agent=False`` takes the ORS exchanges; ``agent=True`` the agent's own (its LLM's, layer ``agent``).
+    Rows are numbered session by session (sessions in the order of their first request), each
+    session's exchanges in ``seq`` order, then the exchanges without a session; ``ordered`` lists
+    the rows in ``seq`` order. ``session(code)`` and ``exchange(row)`` make the ``Exchange`` objects.
     """
 
     def __init__(self, trace: Trace, *, agent: bool = False) -> None:
-        self.trace = trace
         self.name = str(trace.path)
-        # keyed by run and number: exchange numbers are unique within one recording process only, and
-        # a resumed (appended) trace holds several runs
-        exchanges: dict[tuple[str, int], Exchange] = {}
-        current: dict[tuple[str, int], list[Item]] = {}
-        rows = trace.table.select(COLUMNS).to_pylist()
-        for row in rows:
-            kind = row["kind"]
-            if row["exchange"] is None or (row["layer"] == "agent") != agent:
-                continue
-            number = (row["run_id"], row["exchange"])
-            if kind == "request":
-                exchanges[number] = _exchange_of(row)
-                continue
-            exchange = exchanges.get(number)
-            if exchange is None:
-                continue
-            if kind == "response":
-                exchange.status = row["status"]
-                exchange.headers = _headers(self.name, row)
-                exchange.response_body = row["body"]
-                exchange.head_ns = row["t_ns"]
-            elif kind == "chunk":
-                group: list[Item] = []
-                exchange.chunks.append((row["t_ns"] - exchange.head_ns, group))
-                current[number] = group
-            elif kind in ("event", "comment"):
-                item = Item(kind=kind, event=row["event"] or "", data=row["data"] or "", sse_id=row["sse_id"],
-                            retry_ms=row["retry_ms"], comment=row["comment"] or "", seq=row["seq"])  # fmt: skip
-                if number not in current:
-                    group = []
-                    exchange.chunks.append((row["t_ns"] - exchange.head_ns, group))
-                    current[number] = group
-                current[number].append(item)
-        if rows and not exchanges and not agent:
+        columns = _columns(trace)
+        self._episodes = _episode_rows(columns)
+        self.broken = _broken(columns) if agent else {}
+        """The agent's exchanges that broke when recorded: request seq -> the recorded transport error."""
+        index = _Index(self.name, _exchange_rows(columns, agent))
+        if columns.num_rows and not index.table.num_rows and not agent:
             raise TraceFormatError(f"{self.name} records no HTTP exchanges to replay (no exchange numbers)")
-        ordered = sorted(exchanges.values(), key=lambda e: e.seq)
-        self.exchanges = ordered
-        self.stateless = [e for e in ordered if e.session_id is None]
-        self.sessions: dict[str, list[Exchange]] = {}
-        for exchange in ordered:
-            if exchange.session_id is not None:
-                self.sessions.setdefault(exchange.session_id, []).append(exchange)
+        self._table, self._items, self._item_starts = index.table, index.items, index.item_starts
+        self.session_ids: pa.Array = index.session_ids
+        """The recorded session ids, by session code."""
+        self._session_starts = index.session_starts
+        self.ordered: np.ndarray = index.ordered
+        """The rows in ``seq`` order."""
+        self.rank = np.empty(len(index.ordered), np.int64)
+        """Each row's place in ``seq`` order."""
+        self.rank[index.ordered] = np.arange(len(index.ordered))
+        self._names: tuple[list[str | None], list[str]] = ([], [])
+        self.stateless = range(int(index.session_starts[-1]), index.table.num_rows)
+        """The rows of the exchanges without a session, in ``seq`` order."""
+        self.creates: list[tuple[int, int]] = index.creates
+        """Each session's first ``/create``: (session code, row), in session order."""
+        self._made: dict[int, Exchange] = {}
+        self._codes: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return int(self._table.num_rows)
+
+    def exchange(self, row: int) -> Exchange:
+        """The exchange at ``row``, made once (it keeps its ``played`` count)."""
+        made = self._made.get(row)
+        if made is None:
+            made = self._made[row] = self._make(row, row + 1)[0]
+        return made
+
+    def session(self, code: int) -> list[Exchange]:
+        """The exchanges of session ``code``, in order."""
+        start, end = int(self._session_starts[code]), int(self._session_starts[code + 1])
+        if all(row in self._made for row in (start, end - 1)):
+            return [self.exchange(row) for row in range(start, end)]
+        for made in self._make(start, end):
+            self._made.setdefault(made.row, made)
+        return [self._made[row] for row in range(start, end)]
+
+    def code(self, session_id: str) -> int | None:
+        """The session code of a recorded session id (None if the trace holds no such session)."""
+        if self._codes is None:
+            self._codes = {sid: code for code, sid in enumerate(self.session_ids.to_pylist())}
+        return self._codes.get(session_id)
+
+    def played(self, row: int) -> bool:
+        made = self._made.get(row)
+        return made is not None and made.played > 0
+
+    def peek(self, row: int) -> Exchange:
+        """The exchange at ``row`` without keeping it (for describing what was never played)."""
+        return self._made.get(row) or self._make(row, row + 1)[0]
+
+    def requests(self, rows: list[int]) -> list[tuple[str, str, bytes]]:
+        """(method, path, body) of some rows, without making exchanges."""
+        part = self._table.select(["method", "path", "body"]).take(pa.array(rows, pa.int64()))
+        return [(m or "GET", p, b or b"") for m, p, b in zip(*(c.to_pylist() for c in part.columns), strict=True)]
+
+    def pairs(self, rows: range) -> set[tuple[str, str]]:
+        """The (method, path) pairs of consecutive rows."""
+        pair = self._pairs()[rows.start : rows.stop]
+        return {self._pair(int(p)) for p in np.unique(pair)}
+
+    def rows_of(self, wanted: Callable[[str, str], bool]) -> list[int]:
+        """The rows whose (method, path) is ``wanted``, in ``seq`` order: decided once per distinct pair."""
+        pair = self._pairs()
+        chosen = [p for p in np.unique(pair).tolist() if wanted(*self._pair(p))]
+        rows = np.flatnonzero(np.isin(pair, chosen))
+        return [int(row) for row in rows[np.argsort(self.rank[rows], kind="stable")]]
+
+    def _pairs(self) -> np.ndarray:
+        """Each row's (method, path) as one number (``_pair`` names it)."""
+        method, path = (self._table[name].combine_chunks() for name in ("method", "path"))
+        methods = np.asarray(method.indices.fill_null(len(method.dictionary)).to_numpy(zero_copy_only=False), np.int64)
+        paths = np.asarray(path.indices.to_numpy(zero_copy_only=False), np.int64)
+        self._names = (method.dictionary.to_pylist(), path.dictionary.to_pylist())
+        return methods * len(self._names[1]) + paths
+
+    def _pair(self, pair: int) -> tuple[str, str]:
+        methods, paths = self._names
+        method = methods[pair // len(paths)] if pair // len(paths) < len(methods) else None
+        return method or "GET", paths[pair % len(paths)]
+
+    def bodies(self, rows: list[int]) -> list[bytes]:
+        """The request bodies of some rows, without making exchanges."""
+        taken = self._table["body"].take(pa.array(rows, pa.int64())).to_pylist()
+        return [body or b"" for body in taken]
+
+    def unplayed(self, skip: tuple[str, ...] = ()) -> list[str]:
+        """The exchanges never played, described, in ``seq`` order (those on ``skip`` paths left out);
+        made a block at a time and let go."""
+        described: dict[int, str] = {}
+        for start in range(0, len(self), 4096):
+            for made in self._make(start, min(len(self), start + 4096)):
+                exchange = self._made.get(made.row, made)
+                if not exchange.played and exchange.path not in skip:
+                    described[made.row] = exchange.describe()
+        return [described[row] for row in self.ordered.tolist() if row in described]
+
+    def episodes(self) -> list[tuple[EpisodeKey, str]]:
+        """The trace's ``episode`` rows: (environment, split, task index, rollout) and session id, in order."""
+        return recorded_episodes(self._episodes)
+
+    def _make(self, start: int, end: int) -> list[Exchange]:
+        """The exchanges of rows ``start`` to ``end``, made from the tables (not kept)."""
+        rows = self._table.slice(start, end - start).to_pylist()
+        bounds = [int(n) for n in self._item_starts[start : end + 1]]
+        items = self._items.slice(bounds[0], bounds[-1] - bounds[0]).to_pylist()
+        made = []
+        for offset, row in enumerate(rows):
+            exchange = _exchange_of(row, start + offset, self.session_ids)
+            if row["status"] is not None:
+                exchange.headers = _headers(self.name, row["seq"], row["headers"])
+            exchange.chunks = _chunks(items[bounds[offset] - bounds[0] : bounds[offset + 1] - bounds[0]])
+            made.append(exchange)
+        return made
+
+
+class _Index:
+    """The arrays a ``Recording`` keeps, built with Arrow and numpy from a trace's exchange rows."""
+
+    def __init__(self, name: str, rows: pa.Table) -> None:
+        kind = _codes(rows["kind"], KINDS)
+        # the rows of one exchange, grouped by (run, exchange number) in table order: numbers are unique
+        # within one recording process only, and a resumed (appended) trace holds several runs
+        run, number = _codes(rows["run_id"], None), rows["exchange"].to_numpy()
+        order = np.lexsort((np.arange(rows.num_rows), number, run))
+        rows, kind, run, number = rows.take(pa.array(order)), kind[order], run[order], number[order]
+        position = np.arange(rows.num_rows)
+        starts = np.flatnonzero(np.r_[True, (run[1:] != run[:-1]) | (number[1:] != number[:-1])][: len(kind)])
+        group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(kind)]))
+        # an exchange begins at its (last) request row: rows before it have no exchange to join
+        request = _last_per_group(group, kind == REQUEST, len(starts))
+        since = request[group]
+        kept = (since >= 0) & (position >= since)
+        response = _last_per_group(group, kept & (kind == RESPONSE), len(starts))
+        has = request >= 0
+        request, response = request[has], response[has]
+        seq, t_ns = rows["seq"].to_numpy(), rows["t_ns"].to_numpy()
+        # exchanges in seq order (ties: table order); sessions numbered by their first exchange
+        by_seq = np.lexsort((order[request], seq[request]))
+        request, response = request[by_seq], response[by_seq]
+        rank_of_group = np.full(len(starts), -1)
+        rank_of_group[np.flatnonzero(has)[by_seq]] = np.arange(len(request))
+        asked = rows.take(pa.array(request, pa.int64()))
+        sessions = pc.dictionary_encode(asked["session_id"].combine_chunks())
+        self.session_ids: pa.Array = sessions.dictionary
+        code = sessions.indices.fill_null(len(self.session_ids)).to_numpy(zero_copy_only=False).astype(np.int64)
+        placed = np.lexsort((np.arange(len(code)), code))  # row -> the seq rank of its exchange
+        self.ordered = np.empty(len(code), np.int64)  # seq rank -> row
+        self.ordered[placed] = np.arange(len(code))
+        self.session_starts = np.searchsorted(code[placed], np.arange(len(self.session_ids) + 1))
+        answered = response >= 0
+        answers = rows.take(pa.array(np.where(answered, response, 0), pa.int64()))
+        _check_headers(name, answers.filter(pa.array(answered)))
+        unanswered = pa.array(~answered)
+        self.table = pa.table({
+            "exchange": asked["exchange"], "seq": asked["seq"], "session": pa.array(code, pa.int64()),
+            "method": pc.dictionary_encode(asked["method"]), "path": _paths(asked["url"]), "body": asked["body"],
+            "call": asked["call"], "attempt": asked["attempt"], "request_ns": asked["t_ns"],
+            "status": _unless(unanswered, answers["status"]), "headers": _unless(unanswered, answers["headers"]),
+            "response_body": _unless(unanswered, answers["body"]),
+            "head_ns": pa.array(np.where(answered, t_ns[np.where(answered, response, 0)], 0), pa.int64()),
+        }).take(pa.array(placed, pa.int64()))  # fmt: skip
+        # items: chunk, event and comment rows after their request, timed from the response head before them
+        is_item = kept & ((kind == CHUNK) | (kind == EVENT) | (kind == COMMENT))
+        last_response = np.maximum.accumulate(np.where(kept & (kind == RESPONSE), position, -1)) if len(kind) else kind
+        head_at = np.where(last_response >= since, t_ns[np.maximum(last_response, 0)], 0) if len(kind) else t_ns
+        item_row = self.ordered[rank_of_group[group[is_item]]]
+        item_order = np.argsort(item_row, kind="stable")
+        picked = np.flatnonzero(is_item)[item_order]
+        source = rows.take(pa.array(picked, pa.int64()))
+        self.items = pa.table({
+            "kind": pa.array(kind[picked], pa.int8()), "offset_ns": pa.array((t_ns - head_at)[picked], pa.int64()),
+            "event": pc.dictionary_encode(source["event"]), "data": source["data"], "sse_id": source["sse_id"],
+            "retry_ms": source["retry_ms"], "comment": source["comment"], "seq": source["seq"],
+        })  # fmt: skip
+        self.item_starts = np.searchsorted(item_row[item_order], np.arange(len(code) + 1))
+        self.creates = _creates(self.table, self.session_starts)
 
 
 EpisodeKey = tuple[str, str | None, int | None, int]
@@ -180,32 +348,115 @@ def matches(recorded: Any, live: Any) -> bool:
     return bool(recorded == live)
 
 
-def _headers(name: str, row: dict[str, Any]) -> list[tuple[str, str]]:
-    """A response row's headers, as (name, value) pairs; ``TraceFormatError`` for what is not a JSON object of texts."""
+def _exchange_rows(columns: pa.Table, agent: bool) -> pa.Table:
+    """The rows of the ORS exchanges (or the agent's), with the columns the index reads."""
+    is_agent = pc.fill_null(pc.equal(columns["layer"], "agent"), False)
+    layer = is_agent if agent else pc.invert(is_agent)
+    wanted = ["run_id", "exchange", "kind", "seq", "t_ns", "session_id", "method", "url", "body", "call",
+              "attempt", "status", "headers", "event", "data", "sse_id", "retry_ms", "comment"]  # fmt: skip
+    return columns.select(wanted).filter(pc.and_(pc.is_valid(columns["exchange"]), layer)).combine_chunks()
+
+
+def _episode_rows(columns: pa.Table) -> pa.Table:
+    """The ``episode`` rows, with the columns ``recorded_episodes`` reads."""
+    rows = columns.filter(pc.and_(pc.equal(columns["kind"], "episode"), pc.equal(columns["layer"], "agent")))
+    return rows.select(["kind", "layer", "environment", "split", "task_index", "rollout", "session_id"])
+
+
+def _broken(columns: pa.Table) -> dict[int, str]:
+    """The agent exchanges whose request or stream broke when recorded: request seq -> the recorded error."""
+    rows = columns.filter(
+        pc.and_(pc.equal(columns["layer"], "agent"), pc.is_in(columns["kind"], pa.array(["request", "disconnect"])))
+    ).select(["run_id", "exchange", "kind", "seq", "error"])
+    requests: dict[tuple[str, int], int] = {}
+    broken: dict[int, str] = {}
+    for row in rows.to_pylist():  # exchange numbers repeat across the runs of a resumed trace
+        key = (row["run_id"], row["exchange"])
+        if row["kind"] == "request":
+            requests[key] = row["seq"]
+        elif key in requests:
+            broken[requests[key]] = row["error"] or ""
+    return broken
+
+
+def _codes(column: pa.ChunkedArray | pa.Array, values: list[str] | None) -> np.ndarray:
+    """Each value's place in ``values`` (or in the order values first appear), -1 for null or absent."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    found = (
+        pc.index_in(array, value_set=pa.array(values)) if values is not None else pc.dictionary_encode(array).indices
+    )
+    return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+
+
+def _last_per_group(group: np.ndarray, where: np.ndarray, groups: int) -> np.ndarray:
+    """For each group, the last position where ``where`` holds (groups are runs of ``group``), else -1."""
+    last = np.full(groups, -1)
+    positions = np.flatnonzero(where)
+    last[group[positions]] = positions  # positions ascend: the last assignment to a group wins
+    return last
+
+
+def _unless(missing: pa.Array, column: pa.ChunkedArray) -> pa.Array:
+    return pc.if_else(missing, pa.scalar(None, column.type), column)
+
+
+def _paths(urls: pa.ChunkedArray) -> pa.DictionaryArray:
+    """The path of each URL, computed once per distinct URL."""
+    encoded = pc.dictionary_encode(urls.combine_chunks())
+    paths = [urlsplit(url or "/").path for url in encoded.dictionary.to_pylist()]
+    indices = encoded.indices.fill_null(len(paths))
+    return pa.DictionaryArray.from_arrays(indices, pa.array([*paths, "/"], pa.string()))
+
+
+def _check_headers(name: str, answers: pa.Table) -> None:
+    """``TraceFormatError`` for a response whose headers are not a JSON object of texts: RE2 passes most, the
+    rest are parsed in Python."""
+    texts = answers["headers"].combine_chunks() if answers.num_rows else pa.array([], pa.string())
+    plain = pc.or_(pc.equal(pc.fill_null(texts, ""), ""), pc.match_substring_regex(texts, HEADERS_PATTERN))
+    doubtful = pc.invert(pc.fill_null(plain, False))
+    for seq, text in zip(answers["seq"].filter(doubtful).to_pylist(), texts.filter(doubtful).to_pylist(), strict=True):
+        _headers(name, seq, text)
+
+
+def _creates(table: pa.Table, session_starts: np.ndarray) -> list[tuple[int, int]]:
+    """Each session's first ``/create``: (session code, row)."""
+    rows = np.flatnonzero(pc.equal(table["path"].cast(pa.string()), "/create").to_numpy(zero_copy_only=False))
+    rows = rows[rows < session_starts[-1]]
+    codes = table["session"].to_numpy()[rows]
+    codes, first = np.unique(codes, return_index=True)
+    return [(int(c), int(r)) for c, r in zip(codes, rows[first], strict=True)]
+
+
+def _headers(name: str, seq: int, text: str | None) -> list[tuple[str, str]]:
+    """A response's headers, as (name, value) pairs; ``TraceFormatError`` for what is not a JSON object of texts."""
     try:
-        value = json.loads(row["headers"] or "{}")
+        value = json.loads(text or "{}")
     except ValueError as exc:
-        where = f"{name}: the response at seq {row['seq']}"
-        raise TraceFormatError(f"{where} has headers that are not JSON: {exc}") from exc
+        raise TraceFormatError(f"{name}: the response at seq {seq} has headers that are not JSON: {exc}") from exc
     if not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
         raise TraceFormatError(
-            f"{name}: the response at seq {row['seq']} has headers that are not a JSON object of texts: {value!r:.80}"
+            f"{name}: the response at seq {seq} has headers that are not a JSON object of texts: {value!r:.80}"
         )
     return list(value.items())
 
 
-def _exchange_of(row: dict[str, Any]) -> Exchange:
+def _exchange_of(row: dict[str, Any], place: int, session_ids: pa.Array) -> Exchange:
+    code = row["session"]
     body = row["body"] or b""
     exchange = Exchange(
         exchange=row["exchange"],
         seq=row["seq"],
-        session_id=row["session_id"],
+        session_id=session_ids[code].as_py() if code < len(session_ids) else None,
         method=row["method"] or "GET",
-        path=urlsplit(row["url"] or "/").path,
+        path=row["path"],
         body=body,
         call=row["call"],
         attempt=row["attempt"],
-        request_ns=row["t_ns"],
+        request_ns=row["request_ns"],
+        status=row["status"],
+        response_body=row["response_body"],
+        head_ns=row["head_ns"],
+        row=place,
     )
     if exchange.path.endswith("/call"):
         parsed = _json(body)
@@ -213,6 +464,21 @@ def _exchange_of(row: dict[str, Any]) -> Exchange:
         exchange.tool_input = parsed.get("input")
         exchange.task_id_sent = parsed.get("task_id")
     return exchange
+
+
+def _chunks(rows: list[dict[str, Any]]) -> list[tuple[int, list[Item]]]:
+    """An exchange's item rows as the chunks that delivered them (an item before any chunk opens one)."""
+    chunks: list[tuple[int, list[Item]]] = []
+    current: list[Item] | None = None
+    for row in rows:
+        if row["kind"] == CHUNK or current is None:
+            current = []
+            chunks.append((row["offset_ns"], current))
+        if row["kind"] != CHUNK:
+            current.append(Item(kind=KINDS[row["kind"]], event=row["event"] or "", data=row["data"] or "",
+                                sse_id=row["sse_id"], retry_ms=row["retry_ms"], comment=row["comment"] or "",
+                                seq=row["seq"]))  # fmt: skip
+    return chunks
 
 
 def _json(body: bytes) -> dict[str, Any]:
