@@ -29,7 +29,7 @@ import httpx2
 from ors_lab.agents.episode import CURRENT_EPISODE
 from ors_lab.analysis.trace import Trace, load_trace
 from ors_lab.replay.engine import DROP_HEADERS, Answer, body_value, difference, mismatch_answer, short
-from ors_lab.replay.recorded import EpisodeKey, Exchange, Recording, matches
+from ors_lab.replay.recorded import EpisodeKey, Exchange, Recording, give_back, matches
 
 __all__ = ["AgentReplayTransport"]
 
@@ -49,6 +49,7 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
     def __init__(self, trace: Trace | str | os.PathLike[str]) -> None:
         # the index keeps what it needs: a trace loaded here is let go once it is built
         self.recording = Recording(trace if isinstance(trace, Trace) else load_trace(trace), agent=True)
+        give_back()
         self.name = self.recording.name
         self._unclaimed: dict[EpisodeKey, deque[str]] = {}  # recorded episodes not yet replayed, in order
         for key, sid in self.recording.episodes():

@@ -32,16 +32,17 @@ import math
 import os
 import threading
 import uuid
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ors_lab.analysis.trace import Trace, load_trace
 from ors_lab.protocol.replay import EPISODES, MISMATCH, RECORDED_EPISODES, REPLAY_HEADER
 from ors_lab.recording.redact import REDACTED
 from ors_lab.replay.faults import Fault
-from ors_lab.replay.recorded import Exchange, Item, Recording, matches
+from ors_lab.replay.recorded import Exchange, Item, Recording, give_back, matches
 
 __all__ = [
     "DROP_HEADERS",
@@ -115,6 +116,7 @@ class ReplayEngine:
             raise ValueError(f"speed must be 0 (no waiting) or more, not {speed}")
         # the index keeps what it needs: a trace loaded here is let go once it is built
         self.recording = Recording(trace if isinstance(trace, Trace) else load_trace(trace))
+        give_back()
         self.speed = speed
         # copies: a fault counts its uses, and a list given to several replays serves each afresh
         self.faults = [Fault.parse(f) if isinstance(f, str) else dataclasses.replace(f, used=0) for f in faults]
@@ -211,7 +213,7 @@ class ReplayEngine:
                      if (env, s) == (environment, split) and index is not None}  # fmt: skip
             if not pairs:
                 sessions: dict[int, int] = {}
-                for create in self.recording.bodies([row for _, row in self.recording.creates]):
+                for create in self.recording.bodies(self.recording.create_rows.tolist()):
                     env, s, index, _ = _task_identity(create)
                     if (env, s) == (environment, split) and type(index) is int:
                         sessions[index] = sessions.get(index, 0) + 1
@@ -227,7 +229,7 @@ class ReplayEngine:
         wanted = _task_identity(body)
         code = self._creates.claim(wanted)
         if code is not None:  # in recorded order; a dict lookup, not a scan, for traces of many sessions
-            create = self.recording.exchange(self._creates.rows[code])
+            create = self.recording.exchange(int(self._creates.rows[code]))
             session = self.recording.session(code)
             exchanges = [e for e in session if e.path not in ("/ping", "/delete_session")]
             live = _Live(sid, str(create.session_id), exchanges)
@@ -394,11 +396,16 @@ def _task_identity(body: bytes) -> tuple[Any, ...]:
     return (value.get("env_name"), value.get("split"), value.get("index"), value.get("task_spec"))
 
 
-def _identity_key(identity: tuple[Any, ...]) -> str | None:
-    """A task identity as one canonical text, the same for identities that ``matches``; None for one with a
-    redacted secret (or a NaN), which only ``matches`` can compare."""
-    key = body_key(list(identity))
-    return None if key is None else str(key)
+def _identity_key(identity: tuple[Any, ...]) -> Any:
+    """A task identity as one hashable key, the same for identities that ``matches``; None for one with a
+    redacted secret (or a NaN), which only ``matches`` can compare. A plain (environment, split, index)
+    is its own key; the rest, a canonical text."""
+    env, split, index, spec = identity
+    if spec is None and type(env) is str and type(split) is str and type(index) is int and REDACTED not in (env, split):
+        return env, split, index
+    if spec is None and type(index) in (bool, float) and float(index).is_integer():
+        return _identity_key((env, split, int(index), None))  # 1.0 and True match 1
+    return body_key(list(identity))
 
 
 def body_key(value: Any) -> Any:
@@ -482,23 +489,27 @@ class _Creates:
     """The recorded sessions by the task their first ``/create`` named; the unclaimed ones in recorded order."""
 
     def __init__(self, recording: Recording) -> None:
-        self.rows = dict(recording.creates)  # session code -> the row of its /create
-        self._order = [code for code, _ in recording.creates]
+        self.rows = np.full(len(recording.session_ids), -1)  # session code -> the row of its /create
+        self.rows[recording.create_codes] = recording.create_rows
+        self._order = recording.create_codes
         self._claimed = bytearray(len(recording.session_ids))
         self._first = 0  # no session before this place in ``_order`` is unclaimed
-        self._waiting: dict[str | None, deque[int]] = {}  # identity key -> sessions not yet claimed
-        self._odd: dict[str, tuple[tuple[Any, ...], deque[int]]] = {}  # identities with a redacted secret
-        known: dict[bytes, tuple[Any, ...]] = {}
-        for code, body in zip(self._order, recording.bodies(list(self.rows.values())), strict=True):
-            identity = known.get(body)
-            if identity is None:
-                identity = known[body] = _task_identity(body)
-            key = _identity_key(identity)
+        # identity key -> sessions not yet claimed, the first last (lists: a deque per task costs 600 bytes)
+        self._waiting: dict[Any, list[int]] = {}
+        self._odd: dict[str, tuple[tuple[Any, ...], list[int]]] = {}  # identities with a redacted secret
+        known: dict[bytes, tuple[tuple[Any, ...], Any]] = {}
+        bodies = recording.bodies(recording.create_rows.tolist())
+        for code, body in zip(self._order.tolist(), bodies, strict=True):
+            if body not in known:
+                identity = _task_identity(body)
+                known[body] = identity, _identity_key(identity)
+            identity, key = known[body]
             if key is not None:
-                self._waiting.setdefault(key, deque()).append(code)
+                self._waiting.setdefault(key, []).append(code)
             else:
-                odd = json.dumps(identity, sort_keys=True, default=str)
-                self._odd.setdefault(odd, (identity, deque()))[1].append(code)
+                self._odd.setdefault(json.dumps(identity, sort_keys=True, default=str), (identity, []))[1].append(code)
+        for waiting in itertools.chain(self._waiting.values(), (w for _, w in self._odd.values())):
+            waiting.reverse()
 
     def claim(self, wanted: tuple[Any, ...]) -> int | None:
         """The first unclaimed session of the task ``wanted`` names, now claimed; None if there is none."""
@@ -509,7 +520,7 @@ class _Creates:
                            None)  # fmt: skip
         if not waiting:
             return None
-        code = waiting.popleft()
+        code = waiting.pop()
         self._claimed[code] = 1
         return code
 
@@ -519,7 +530,7 @@ class _Creates:
         while self._first < len(order) and claimed[order[self._first]]:
             self._first += 1
         codes = (code for code in itertools.islice(order, self._first, None) if not claimed[code])
-        return [self.rows[code] for code in itertools.islice(codes, 3)]
+        return [int(self.rows[code]) for code in itertools.islice(codes, 3)]
 
 
 def _same_request(exchange: Exchange, method: str, path: str, request: Any) -> bool:

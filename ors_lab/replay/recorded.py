@@ -15,7 +15,10 @@ counts, from then on. Load time and memory grow linearly with the trace (``bench
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +32,7 @@ from ors_lab.analysis.trace import Trace
 from ors_lab.protocol.errors import TraceFormatError
 from ors_lab.recording.redact import REDACTED
 
-__all__ = ["EpisodeKey", "Exchange", "Item", "Recording", "matches", "recorded_episodes"]
+__all__ = ["EpisodeKey", "Exchange", "Item", "Recording", "give_back", "matches", "recorded_episodes"]
 
 COLUMNS = [
     "run_id", "layer", "seq", "t_ns", "kind", "session_id", "call", "attempt", "exchange", "method", "url", "status",
@@ -144,7 +147,7 @@ class Recording:
         self._episodes = _episode_rows(columns)
         self.broken = _broken(columns) if agent else {}
         """The agent's exchanges that broke when recorded: request seq -> the recorded transport error."""
-        index = _Index(self.name, _exchange_rows(columns, agent))
+        index = _Index(self.name, columns, _exchange_rows(columns, agent))
         if columns.num_rows and not index.table.num_rows and not agent:
             raise TraceFormatError(f"{self.name} records no HTTP exchanges to replay (no exchange numbers)")
         self._table, self._items, self._item_starts = index.table, index.items, index.item_starts
@@ -159,8 +162,8 @@ class Recording:
         self._names: tuple[list[str | None], list[str]] = ([], [])
         self.stateless = range(int(index.session_starts[-1]), index.table.num_rows)
         """The rows of the exchanges without a session, in ``seq`` order."""
-        self.creates: list[tuple[int, int]] = index.creates
-        """Each session's first ``/create``: (session code, row), in session order."""
+        self.create_codes, self.create_rows = index.create_codes, index.create_rows
+        """Each session's first ``/create``: its session code and row, in session order."""
         self._made: dict[int, Exchange] = {}
         self._codes: dict[str, int] | None = None
 
@@ -263,16 +266,23 @@ class Recording:
 
 
 class _Index:
-    """The arrays a ``Recording`` keeps, built with Arrow and numpy from a trace's exchange rows."""
+    """The arrays a ``Recording`` keeps, built with Arrow and numpy from the trace's columns and the
+    places of its exchange rows (``selected``); the columns are only taken from at the end, by place."""
 
-    def __init__(self, name: str, rows: pa.Table) -> None:
-        kind = _codes(rows["kind"], KINDS)
+    def __init__(self, name: str, columns: pa.Table, selected: np.ndarray) -> None:
+        kind = _codes(columns["kind"], KINDS)[selected]
         # the rows of one exchange, grouped by (run, exchange number) in table order: numbers are unique
         # within one recording process only, and a resumed (appended) trace holds several runs
-        run, number = _codes(rows["run_id"], None), rows["exchange"].to_numpy()
-        order = np.lexsort((np.arange(rows.num_rows), number, run))
-        rows, kind, run, number = rows.take(pa.array(order)), kind[order], run[order], number[order]
-        position = np.arange(rows.num_rows)
+        run = _codes(columns["run_id"], None)[selected]
+        number = _numbers(columns["exchange"])[selected]
+        order = _grouping(run, number)
+        kind, run, number = kind[order], run[order], number[order]
+        source = selected[order]  # sorted place -> place in the trace
+
+        def rows(names: list[str], places: np.ndarray) -> pa.Table:
+            return pa.table({name: _take(columns[name], source[places]) for name in names})
+
+        position = np.arange(len(kind))
         starts = np.flatnonzero(np.r_[True, (run[1:] != run[:-1]) | (number[1:] != number[:-1])][: len(kind)])
         group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(kind)]))
         # an exchange begins at its (last) request row: rows before it have no exchange to join
@@ -282,13 +292,13 @@ class _Index:
         response = _last_per_group(group, kept & (kind == RESPONSE), len(starts))
         has = request >= 0
         request, response = request[has], response[has]
-        seq, t_ns = rows["seq"].to_numpy(), rows["t_ns"].to_numpy()
+        seq, t_ns = _numbers(columns["seq"])[source], _numbers(columns["t_ns"])[source]
         # exchanges in seq order (ties: table order); sessions numbered by their first exchange
-        by_seq = np.lexsort((order[request], seq[request]))
+        by_seq = np.lexsort((source[request], seq[request]))
         request, response = request[by_seq], response[by_seq]
         rank_of_group = np.full(len(starts), -1)
         rank_of_group[np.flatnonzero(has)[by_seq]] = np.arange(len(request))
-        asked = rows.take(pa.array(request, pa.int64()))
+        asked = rows(["exchange", "seq", "session_id", "method", "url", "body", "call", "attempt", "t_ns"], request)
         sessions = pc.dictionary_encode(asked["session_id"].combine_chunks())
         self.session_ids: pa.Array = sessions.dictionary
         code = sessions.indices.fill_null(len(self.session_ids)).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -297,7 +307,7 @@ class _Index:
         self.ordered[placed] = np.arange(len(code))
         self.session_starts = np.searchsorted(code[placed], np.arange(len(self.session_ids) + 1))
         answered = response >= 0
-        answers = rows.take(pa.array(np.where(answered, response, 0), pa.int64()))
+        answers = rows(["seq", "status", "headers", "body"], np.where(answered, response, 0))
         _check_headers(name, answers.filter(pa.array(answered)))
         unanswered = pa.array(~answered)
         self.table = pa.table({
@@ -307,7 +317,8 @@ class _Index:
             "status": _unless(unanswered, answers["status"]), "headers": _unless(unanswered, answers["headers"]),
             "response_body": _unless(unanswered, answers["body"]),
             "head_ns": pa.array(np.where(answered, t_ns[np.where(answered, response, 0)], 0), pa.int64()),
-        }).take(pa.array(placed, pa.int64()))  # fmt: skip
+        })  # fmt: skip
+        self.table = _kept(self.table, placed)
         # items: chunk, event and comment rows after their request, timed from the response head before them
         is_item = kept & ((kind == CHUNK) | (kind == EVENT) | (kind == COMMENT))
         last_response = np.maximum.accumulate(np.where(kept & (kind == RESPONSE), position, -1)) if len(kind) else kind
@@ -315,14 +326,14 @@ class _Index:
         item_row = self.ordered[rank_of_group[group[is_item]]]
         item_order = np.argsort(item_row, kind="stable")
         picked = np.flatnonzero(is_item)[item_order]
-        source = rows.take(pa.array(picked, pa.int64()))
-        self.items = pa.table({
+        said = rows(["event", "data", "sse_id", "retry_ms", "comment", "seq"], picked)
+        self.items = _kept(pa.table({
             "kind": pa.array(kind[picked], pa.int8()), "offset_ns": pa.array((t_ns - head_at)[picked], pa.int64()),
-            "event": pc.dictionary_encode(source["event"]), "data": source["data"], "sse_id": source["sse_id"],
-            "retry_ms": source["retry_ms"], "comment": source["comment"], "seq": source["seq"],
-        })  # fmt: skip
+            "event": pc.dictionary_encode(said["event"]), "data": said["data"], "sse_id": said["sse_id"],
+            "retry_ms": said["retry_ms"], "comment": said["comment"], "seq": said["seq"],
+        }))  # fmt: skip
         self.item_starts = np.searchsorted(item_row[item_order], np.arange(len(code) + 1))
-        self.creates = _creates(self.table, self.session_starts)
+        self.create_codes, self.create_rows = _creates(self.table, self.session_starts)
 
 
 EpisodeKey = tuple[str, str | None, int | None, int]
@@ -348,13 +359,54 @@ def matches(recorded: Any, live: Any) -> bool:
     return bool(recorded == live)
 
 
-def _exchange_rows(columns: pa.Table, agent: bool) -> pa.Table:
-    """The rows of the ORS exchanges (or the agent's), with the columns the index reads."""
+def give_back() -> None:
+    """Return the memory a trace and an index's scratch arrays took to the system, once they are let go: Arrow's
+    pool keeps freed pages, and so does glibc's heap (numpy's scratch arrays), until asked."""
+    pa.default_memory_pool().release_unused()
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _kept(table: pa.Table, order: np.ndarray | None = None) -> pa.Table:
+    """``table`` (its rows in ``order``) copied into memory of its own: the system allocator's, not the pool
+    the trace and the index's scratch arrays were built in, so that those can be given back whole."""
+    rows = pa.array(np.arange(table.num_rows) if order is None else order, pa.int64())
+    return pc.take(table, rows, memory_pool=pa.system_memory_pool())
+
+
+def _take(column: pa.ChunkedArray, places: np.ndarray) -> pa.Array:
+    """``column[places]``, taken chunk by chunk: Arrow's take on a chunked column joins all its chunks first."""
+    order = np.argsort(places, kind="stable")
+    ascending = places[order]
+    bounds = np.cumsum([0, *(len(chunk) for chunk in column.chunks)])
+    cuts = np.searchsorted(ascending, bounds)
+    parts = [chunk.take(pa.array(ascending[cuts[n] : cuts[n + 1]] - bounds[n], pa.int64()))
+             for n, chunk in enumerate(column.chunks) if cuts[n + 1] > cuts[n]]  # fmt: skip
+    taken = pa.concat_arrays(parts) if parts else pa.array([], column.type)
+    back = np.empty(len(order), np.int64)
+    back[order] = np.arange(len(order))
+    return taken.take(pa.array(back))
+
+
+def _grouping(run: np.ndarray, number: np.ndarray) -> np.ndarray:
+    """The order that groups rows by (run, exchange number), keeping table order within a group."""
+    if len(number) and number.min() >= 0 and number.max() < 1 << 40 and run.max() < 1 << 22:
+        return np.argsort((run << 40) | number, kind="stable")  # one key sorts faster than three
+    return np.lexsort((number, run))  # stable too
+
+
+def _exchange_rows(columns: pa.Table, agent: bool) -> np.ndarray:
+    """The places of the rows of the ORS exchanges (or the agent's) in the trace."""
     is_agent = pc.fill_null(pc.equal(columns["layer"], "agent"), False)
     layer = is_agent if agent else pc.invert(is_agent)
-    wanted = ["run_id", "exchange", "kind", "seq", "t_ns", "session_id", "method", "url", "body", "call",
-              "attempt", "status", "headers", "event", "data", "sse_id", "retry_ms", "comment"]  # fmt: skip
-    return columns.select(wanted).filter(pc.and_(pc.is_valid(columns["exchange"]), layer)).combine_chunks()
+    wanted = pc.and_(pc.is_valid(columns["exchange"]), layer)
+    return np.flatnonzero(np.asarray(wanted.to_numpy(zero_copy_only=False), bool))
+
+
+def _numbers(column: pa.ChunkedArray) -> np.ndarray:
+    """An integer column as int64 numbers, null as -1."""
+    return np.asarray(column.fill_null(-1).to_numpy(), np.int64)
 
 
 def _episode_rows(columns: pa.Table) -> pa.Table:
@@ -381,11 +433,9 @@ def _broken(columns: pa.Table) -> dict[int, str]:
 
 def _codes(column: pa.ChunkedArray | pa.Array, values: list[str] | None) -> np.ndarray:
     """Each value's place in ``values`` (or in the order values first appear), -1 for null or absent."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    found = (
-        pc.index_in(array, value_set=pa.array(values)) if values is not None else pc.dictionary_encode(array).indices
-    )
-    return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+    value_set = pc.unique(column) if values is None else pa.array(values, pa.string())
+    found = pc.index_in(column, value_set=value_set).fill_null(-1)
+    return np.asarray(found.to_numpy() if isinstance(found, pa.ChunkedArray) else found.to_numpy(False), np.int64)
 
 
 def _last_per_group(group: np.ndarray, where: np.ndarray, groups: int) -> np.ndarray:
@@ -418,13 +468,13 @@ def _check_headers(name: str, answers: pa.Table) -> None:
         _headers(name, seq, text)
 
 
-def _creates(table: pa.Table, session_starts: np.ndarray) -> list[tuple[int, int]]:
-    """Each session's first ``/create``: (session code, row)."""
+def _creates(table: pa.Table, session_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each session's first ``/create``: the session codes and the rows."""
     rows = np.flatnonzero(pc.equal(table["path"].cast(pa.string()), "/create").to_numpy(zero_copy_only=False))
     rows = rows[rows < session_starts[-1]]
     codes = table["session"].to_numpy()[rows]
     codes, first = np.unique(codes, return_index=True)
-    return [(int(c), int(r)) for c, r in zip(codes, rows[first], strict=True)]
+    return codes, rows[first]
 
 
 def _headers(name: str, seq: int, text: str | None) -> list[tuple[str, str]]:
