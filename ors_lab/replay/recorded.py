@@ -47,6 +47,9 @@ REQUEST, RESPONSE, CHUNK, EVENT, COMMENT = range(len(KINDS))
 _TEXT = r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"'
 _SPACE = r"[ \t\n\r]*"
 _PAIR = f"{_TEXT}{_SPACE}:{_SPACE}{_TEXT}{_SPACE}"
+KEEP = pa.system_memory_pool()
+"""Where the index's arrays live: not in the pool the trace and the scratch arrays were built in, so that
+``give_back`` can return those whole."""
 HEADERS_PATTERN = f"^{_SPACE}\\{{{_SPACE}(?:{_PAIR}(?:,{_SPACE}{_PAIR})*)?\\}}{_SPACE}$"
 
 
@@ -279,8 +282,8 @@ class _Index:
         kind, run, number = kind[order], run[order], number[order]
         source = selected[order]  # sorted place -> place in the trace
 
-        def rows(names: list[str], places: np.ndarray) -> pa.Table:
-            return pa.table({name: _take(columns[name], source[places]) for name in names})
+        def rows(names: list[str], places: np.ndarray, missing: np.ndarray | None = None) -> dict[str, pa.Array]:
+            return {name: _take(columns[name], source[places], missing) for name in names}
 
         position = np.arange(len(kind))
         starts = np.flatnonzero(np.r_[True, (run[1:] != run[:-1]) | (number[1:] != number[:-1])][: len(kind)])
@@ -298,27 +301,25 @@ class _Index:
         request, response = request[by_seq], response[by_seq]
         rank_of_group = np.full(len(starts), -1)
         rank_of_group[np.flatnonzero(has)[by_seq]] = np.arange(len(request))
-        asked = rows(["exchange", "seq", "session_id", "method", "url", "body", "call", "attempt", "t_ns"], request)
-        sessions = pc.dictionary_encode(asked["session_id"].combine_chunks())
+        sessions = pc.dictionary_encode(_take(columns["session_id"], source[request]))
         self.session_ids: pa.Array = sessions.dictionary
         code = sessions.indices.fill_null(len(self.session_ids)).to_numpy(zero_copy_only=False).astype(np.int64)
         placed = np.lexsort((np.arange(len(code)), code))  # row -> the seq rank of its exchange
         self.ordered = np.empty(len(code), np.int64)  # seq rank -> row
         self.ordered[placed] = np.arange(len(code))
         self.session_starts = np.searchsorted(code[placed], np.arange(len(self.session_ids) + 1))
+        request, response, code = request[placed], response[placed], code[placed]  # now in row order
+        asked = rows(["exchange", "seq", "method", "url", "body", "call", "attempt", "t_ns"], request)
         answered = response >= 0
-        answers = rows(["seq", "status", "headers", "body"], np.where(answered, response, 0))
-        _check_headers(name, answers.filter(pa.array(answered)))
-        unanswered = pa.array(~answered)
+        answers = rows(["seq", "status", "headers", "body"], response, ~answered)
+        _check_headers(name, answers["headers"].filter(pa.array(answered)), answers["seq"].filter(pa.array(answered)))
         self.table = pa.table({
             "exchange": asked["exchange"], "seq": asked["seq"], "session": pa.array(code, pa.int64()),
-            "method": pc.dictionary_encode(asked["method"]), "path": _paths(asked["url"]), "body": asked["body"],
-            "call": asked["call"], "attempt": asked["attempt"], "request_ns": asked["t_ns"],
-            "status": _unless(unanswered, answers["status"]), "headers": _unless(unanswered, answers["headers"]),
-            "response_body": _unless(unanswered, answers["body"]),
+            "method": pc.dictionary_encode(asked["method"], memory_pool=KEEP), "path": _paths(asked["url"]),
+            "body": asked["body"], "call": asked["call"], "attempt": asked["attempt"], "request_ns": asked["t_ns"],
+            "status": answers["status"], "headers": answers["headers"], "response_body": answers["body"],
             "head_ns": pa.array(np.where(answered, t_ns[np.where(answered, response, 0)], 0), pa.int64()),
         })  # fmt: skip
-        self.table = _kept(self.table, placed)
         # items: chunk, event and comment rows after their request, timed from the response head before them
         is_item = kept & ((kind == CHUNK) | (kind == EVENT) | (kind == COMMENT))
         last_response = np.maximum.accumulate(np.where(kept & (kind == RESPONSE), position, -1)) if len(kind) else kind
@@ -327,11 +328,11 @@ class _Index:
         item_order = np.argsort(item_row, kind="stable")
         picked = np.flatnonzero(is_item)[item_order]
         said = rows(["event", "data", "sse_id", "retry_ms", "comment", "seq"], picked)
-        self.items = _kept(pa.table({
+        self.items = pa.table({
             "kind": pa.array(kind[picked], pa.int8()), "offset_ns": pa.array((t_ns - head_at)[picked], pa.int64()),
-            "event": pc.dictionary_encode(said["event"]), "data": said["data"], "sse_id": said["sse_id"],
-            "retry_ms": said["retry_ms"], "comment": said["comment"], "seq": said["seq"],
-        }))  # fmt: skip
+            "event": pc.dictionary_encode(said["event"], memory_pool=KEEP), "data": said["data"],
+            "sse_id": said["sse_id"], "retry_ms": said["retry_ms"], "comment": said["comment"], "seq": said["seq"],
+        })  # fmt: skip
         self.item_starts = np.searchsorted(item_row[item_order], np.arange(len(code) + 1))
         self.create_codes, self.create_rows = _creates(self.table, self.session_starts)
 
@@ -368,25 +369,23 @@ def give_back() -> None:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _kept(table: pa.Table, order: np.ndarray | None = None) -> pa.Table:
-    """``table`` (its rows in ``order``) copied into memory of its own: the system allocator's, not the pool
-    the trace and the index's scratch arrays were built in, so that those can be given back whole."""
-    rows = pa.array(np.arange(table.num_rows) if order is None else order, pa.int64())
-    return pc.take(table, rows, memory_pool=pa.system_memory_pool())
-
-
-def _take(column: pa.ChunkedArray, places: np.ndarray) -> pa.Array:
-    """``column[places]``, taken chunk by chunk: Arrow's take on a chunked column joins all its chunks first."""
-    order = np.argsort(places, kind="stable")
-    ascending = places[order]
+def _take(column: pa.ChunkedArray, places: np.ndarray, missing: np.ndarray | None = None) -> pa.Array:
+    """``column[places]`` (null where ``missing``), in ``KEEP``'s memory: taken chunk by chunk (Arrow's take
+    on a chunked column joins all its chunks first), then put in order."""
+    valid = places if missing is None else places[~missing]
+    order = np.argsort(valid, kind="stable")
+    ascending = valid[order]
     bounds = np.cumsum([0, *(len(chunk) for chunk in column.chunks)])
     cuts = np.searchsorted(ascending, bounds)
     parts = [chunk.take(pa.array(ascending[cuts[n] : cuts[n + 1]] - bounds[n], pa.int64()))
              for n, chunk in enumerate(column.chunks) if cuts[n + 1] > cuts[n]]  # fmt: skip
     taken = pa.concat_arrays(parts) if parts else pa.array([], column.type)
-    back = np.empty(len(order), np.int64)
-    back[order] = np.arange(len(order))
-    return taken.take(pa.array(back))
+    back = np.zeros(len(places), np.int64)
+    if missing is None:
+        back[order] = np.arange(len(order))
+    else:
+        back[np.flatnonzero(~missing)[order]] = np.arange(len(order))
+    return pc.take(taken, pa.array(back, mask=missing), memory_pool=KEEP)
 
 
 def _grouping(run: np.ndarray, number: np.ndarray) -> np.ndarray:
@@ -446,26 +445,22 @@ def _last_per_group(group: np.ndarray, where: np.ndarray, groups: int) -> np.nda
     return last
 
 
-def _unless(missing: pa.Array, column: pa.ChunkedArray) -> pa.Array:
-    return pc.if_else(missing, pa.scalar(None, column.type), column)
-
-
 def _paths(urls: pa.ChunkedArray) -> pa.DictionaryArray:
     """The path of each URL, computed once per distinct URL."""
-    encoded = pc.dictionary_encode(urls.combine_chunks())
+    encoded = pc.dictionary_encode(urls, memory_pool=KEEP)
     paths = [urlsplit(url or "/").path for url in encoded.dictionary.to_pylist()]
-    indices = encoded.indices.fill_null(len(paths))
+    indices = pc.coalesce(encoded.indices, pa.scalar(len(paths), encoded.indices.type), memory_pool=KEEP)
     return pa.DictionaryArray.from_arrays(indices, pa.array([*paths, "/"], pa.string()))
 
 
-def _check_headers(name: str, answers: pa.Table) -> None:
+def _check_headers(name: str, texts: pa.Array, seqs: pa.Array) -> None:
     """``TraceFormatError`` for a response whose headers are not a JSON object of texts: RE2 passes most, the
     rest are parsed in Python."""
-    texts = answers["headers"].combine_chunks() if answers.num_rows else pa.array([], pa.string())
-    plain = pc.or_(pc.equal(pc.fill_null(texts, ""), ""), pc.match_substring_regex(texts, HEADERS_PATTERN))
-    doubtful = pc.invert(pc.fill_null(plain, False))
-    for seq, text in zip(answers["seq"].filter(doubtful).to_pylist(), texts.filter(doubtful).to_pylist(), strict=True):
-        _headers(name, seq, text)
+    distinct = pc.unique(texts)  # responses share most of their headers: each text is checked once
+    plain = pc.or_(pc.equal(pc.fill_null(distinct, ""), ""), pc.match_substring_regex(distinct, HEADERS_PATTERN))
+    for text in distinct.filter(pc.invert(pc.fill_null(plain, False))).to_pylist():
+        first = pc.index(texts, text).as_py()  # the response to name, should it be bad
+        _headers(name, seqs[first].as_py(), text)
 
 
 def _creates(table: pa.Table, session_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
