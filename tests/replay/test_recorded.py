@@ -90,8 +90,9 @@ class Old:
         wanted = _old_identity(body)
         waiting = self.unclaimed.get(_old_key(body))
         if not waiting:
-            waiting = next((w for w in self.unclaimed.values()
-                            if w and matches(list(_old_identity(self.creates[w[0]].body)), list(wanted))), None)  # fmt: skip
+            like = (w for w in self.unclaimed.values() if w and matches(list(_old_identity(self.creates[w[0]].body)),
+                                                                         list(wanted)))  # fmt: skip
+            waiting = next(like, None)
         if waiting:
             recorded = waiting.popleft()
             self.claimed.add(recorded)
@@ -173,8 +174,12 @@ def test_the_same_stateless_answers_and_mismatches(trace: ol.Trace) -> None:
     """Each stateless request, asked twice as often as recorded, plays the same recorded exchanges in the
     same order; a changed body or an unknown path gets the same message."""
     old, engine = Old(trace), ReplayEngine(trace, speed=0)
-    asked = [(e.method, e.path, e.body) for e in old.exchanges
-             if e.path in ROOT_STATELESS or e.path.endswith(STATELESS) or (e.method, e.path) in old.sessionless]  # fmt: skip
+    answered_so = [
+        e
+        for e in old.exchanges
+        if e.path in ROOT_STATELESS or e.path.endswith(STATELESS) or (e.method, e.path) in old.sessionless
+    ]
+    asked = [(e.method, e.path, e.body) for e in answered_so]
     asked += [(m, p, b'{"split":"nowhere"}') for m, p, _ in asked[:2]] + [("GET", "/nowhere/tasks", b"")]
     for method, path, body in asked * 2:
         expected = old.stateless(method, path, body)
