@@ -11,10 +11,11 @@ and task indices), written a few copies at a time and kept under ``build/`` for 
 Each measurement runs in a fresh interpreter (``--worker``), so its RSS is its own: the baseline is
 taken after the imports and a warm-up replay of the small trace; then ``ReplayEngine(path)`` (or
 ``ReplayServer(path).start()``) is timed (wall and CPU seconds), RSS is read again (after a
-``gc.collect()``), and the peak is the process's high-water mark. Lookups, on the engine: a
-stateless request (``num_tasks``) asked 2,000 times, 1,000 ``/create``s each claiming a session,
-and 200 ``/create``s of a task the trace does not hold (a mismatch naming the nearest unclaimed
-sessions), in µs per request. Each figure's growth law is fitted over the sizes (the exponent of
+``gc.collect()``), and the peak is the process's high-water mark. Lookups, on the engine, in µs
+per request (wall and CPU): a stateless request (``num_tasks``) asked as often as the trace
+recorded it (25 to 2,000 times: each ask plays a recorded exchange not played before), 1,000
+``/create``s each claiming a session, and 200 ``/create``s of a task the trace does not hold (a
+mismatch naming the nearest unclaimed sessions). Each figure's growth law is fitted over the sizes (the exponent of
 n, least squares on logs): about 0 is constant, about 1 linear.
 
 Then the 1k-session trace is played: the demo agent evaluated against ``ReplayServer`` at speed 0
@@ -116,10 +117,12 @@ def lookups(engine: Any) -> dict[str, float]:
     (wall and CPU: the CPU figure does not count the time other processes take the cores)."""
     recording = engine.recording
     method, path, body = recording.requests([recording.stateless[0]])[0]
+    recorded = sum(request == (method, path, body) for request in recording.requests(list(recording.stateless)))
     bodies = recording.bodies(recording.create_rows[-CREATES:].tolist())  # the last: no earlier ones claimed
     unknown = b'{"env_name":"arithmetic","split":"test","index":1000000000}'
     asks = {
-        "stateless_us": [(method, path, {}, body, 200)] * STATELESS_ASKS,
+        # as often as recorded (at most STATELESS_ASKS): each ask plays a recorded exchange not played before
+        "stateless_us": [(method, path, {}, body, 200)] * min(STATELESS_ASKS, recorded),
         "create_us": [("POST", "/create", {"x-session-id": f"live-{n}"}, b, 200) for n, b in enumerate(bodies)],
         "unmatched_create_us": [("POST", "/create", {"x-session-id": f"none-{n}"}, unknown, 400)
                                 for n in range(UNMATCHED)],
