@@ -47,35 +47,84 @@ RUNS = (1_000, 10_000)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
 
 
+DEMO = REPO_ROOT / "recordings" / "demo.parquet"
+GROUP_ROWS = 131_072  # rows written at a time: memory stays bounded however many copies are made
+
+
 def demo_run(episodes: int, path: Path) -> Path:
     """``recordings/demo.parquet`` copied until it holds ``episodes`` episodes, each copy its own tasks and times."""
-    table = pq.read_table(REPO_ROOT / "recordings" / "demo.parquet")
-    per_copy = pc.sum(pc.equal(table["kind"], "episode")).as_py()
-    span = pc.max(table["t_ns"]).as_py() + 1
-    rows = table.num_rows
-    is_episode = pc.equal(table["kind"], "episode").to_pylist()
-    parts = []
-    for n in range(episodes // per_copy):
-        sessions = pc.binary_join_element_wise(table["session_id"], pa.scalar(f"-{n}"), "")
-        records = []
-        for data, episode, sid in zip(table["data"].to_pylist(), is_episode, sessions.to_pylist(), strict=True):
-            if episode:  # the record an evaluation resumes from names its task and session too
-                record = json.loads(data)
-                record.update(task_index=record["task_index"] + 10 * n, session_id=sid)
-                data = json.dumps(record, separators=(",", ":"))
-            records.append(data)
-        part = table
-        for name, column in {
-            "session_id": sessions,
-            "seq": pc.add(table["seq"], n * rows),
-            "t_ns": pc.add(table["t_ns"], n * span),
-            "task_index": pc.add(table["task_index"], 10 * n),
-            "data": pa.array(records, pa.string()),
-        }.items():
-            part = part.set_column(table.schema.get_field_index(name), name, column)
-        parts.append(part)
-    pq.write_table(pa.concat_tables(parts).replace_schema_metadata(table.schema.metadata), path)
+    per_copy = pc.sum(pc.equal(pq.read_table(DEMO, columns=["kind"])["kind"], "episode")).as_py()
+    return copy_trace(DEMO, path, episodes // per_copy)
+
+
+def copy_trace(source: Path, path: Path, copies: int, *, ors_only: bool = False, new_runs: bool = False) -> Path:
+    """``source`` copied ``copies`` times into ``path``, written a few copies at a time (bounded memory).
+
+    Copy ``n`` has session ids suffixed ``-n``, task indices shifted by 10n (in the rows, in the
+    episodes' records and in the ``/create`` requests), seq, times and exchange numbers after those
+    of the copy before, and, with ``new_runs``, run ids suffixed ``-n`` (a trace appended to n
+    times). ``ors_only`` keeps only the ORS exchanges (what a replay server serves).
+    """
+    table = pq.read_table(source)
+    if ors_only:
+        table = table.filter(pc.and_(pc.is_valid(table["exchange"]), pc.not_equal(table["layer"], "agent")))
+    rows, span = table.num_rows, pc.max(table["t_ns"]).as_py() + 1
+    exchanges = (pc.max(table["exchange"]).as_py() or 0) + 1
+    kinds, urls = table["kind"].to_pylist(), table["url"].to_pylist()
+    data, bodies, sessions = table["data"].to_pylist(), table["body"].to_pylist(), table["session_id"].to_pylist()
+    with pq.ParquetWriter(path, table.schema) as writer:
+        batch: list[pa.Table] = []
+        for n in range(copies):
+            columns = {
+                "session_id": pa.array([None if s is None else f"{s}-{n}" for s in sessions], pa.string()),
+                "seq": pc.add(table["seq"], n * rows),
+                "t_ns": pc.add(table["t_ns"], n * span),
+                "exchange": pc.add(table["exchange"], n * exchanges),
+                "task_index": pc.add(table["task_index"], 10 * n),
+                "data": pa.array(_records(kinds, data, sessions, n), pa.large_string()),
+                "body": pa.array(_bodies(kinds, urls, bodies, sessions, n), pa.large_binary()),
+            }
+            if new_runs:
+                columns["run_id"] = pc.binary_join_element_wise(table["run_id"], pa.scalar(f"-{n}"), "")
+            part = table
+            for name, column in columns.items():
+                index = table.schema.get_field_index(name)
+                part = part.set_column(index, table.schema.field(index), column.cast(table.schema.field(index).type))
+            batch.append(part)
+            if sum(t.num_rows for t in batch) >= GROUP_ROWS or n == copies - 1:
+                writer.write_table(pa.concat_tables(batch), row_group_size=GROUP_ROWS)
+                batch = []
     return path
+
+
+def _records(kinds: list[str], data: list[str | None], sessions: list[str | None], n: int) -> list[str | None]:
+    """The ``data`` column of copy ``n``: each episode's record names its copy's task and session."""
+    out = []
+    for kind, text, sid in zip(kinds, data, sessions, strict=True):
+        if kind == "episode" and text is not None:  # the record an evaluation resumes from
+            record = json.loads(text)
+            record.update(task_index=record["task_index"] + 10 * n, session_id=f"{sid}-{n}")
+            text = json.dumps(record, separators=(",", ":"))
+        out.append(text)
+    return out
+
+
+def _bodies(
+    kinds: list[str], urls: list[str | None], bodies: list[bytes | None], sessions: list[str | None], n: int
+) -> list[bytes | None]:
+    """The ``body`` column of copy ``n``: a ``/create`` names its copy's task, and its answer its copy's session."""
+    out = []
+    for kind, url, body, sid in zip(kinds, urls, bodies, sessions, strict=True):
+        if body and url is not None and url.endswith("/create"):
+            if kind == "request":
+                request = json.loads(body)
+                if isinstance(request.get("index"), int):
+                    request["index"] += 10 * n
+                body = json.dumps(request, separators=(",", ":")).encode()
+            elif kind == "response" and sid is not None:
+                body = body.replace(sid.encode(), f"{sid}-{n}".encode())
+        out.append(body)
+    return out
 
 
 def open_in_chromium(page_path: Path, scratch: Path) -> dict[str, float]:
@@ -129,8 +178,10 @@ def main() -> int:
             print(json.dumps(row), flush=True)
             results.append(row)
     print()
-    print("| episodes | trace rows | report size | timelines held | built in | opens in (median of 3, max) "
-          "| a click to a timeline |")
+    print(
+        "| episodes | trace rows | report size | timelines held | built in | opens in (median of 3, max) "
+        "| a click to a timeline |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['episodes']:,} | {r['rows']:,} | {r['mb']:.1f} MB | {r['detailed']:,} | {r['build_s']:.1f} s | "

@@ -25,13 +25,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx2
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from ors_lab.agents.episode import CURRENT_EPISODE
 from ors_lab.analysis.trace import Trace, load_trace
 from ors_lab.replay.engine import DROP_HEADERS, Answer, body_value, difference, mismatch_answer, short
-from ors_lab.replay.recorded import EpisodeKey, Exchange, Recording, matches, recorded_episodes
+from ors_lab.replay.recorded import EpisodeKey, Exchange, Recording, give_back, matches
 
 __all__ = ["AgentReplayTransport"]
 
@@ -49,14 +47,13 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
     """It answers from the trace: an agent on it needs no API key, and sends none (``ors_lab.agents.http``)."""
 
     def __init__(self, trace: Trace | str | os.PathLike[str]) -> None:
-        self.trace = trace if isinstance(trace, Trace) else load_trace(trace)
-        self.recording = Recording(self.trace, agent=True)
-        self.name = str(self.trace.path)
-        table = self.trace.table
+        # the index keeps what it needs: a trace loaded here is let go once it is built
+        self.recording = Recording(trace if isinstance(trace, Trace) else load_trace(trace), agent=True)
+        give_back()
+        self.name = self.recording.name
         self._unclaimed: dict[EpisodeKey, deque[str]] = {}  # recorded episodes not yet replayed, in order
-        for key, sid in recorded_episodes(table):
+        for key, sid in self.recording.episodes():
             self._unclaimed.setdefault(key, deque()).append(sid)
-        self._broken = _broken(table)
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
 
@@ -87,7 +84,9 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
                 if recorded is None:
                     where = f"episode {key[0]}/{key[1]} task {key[2]} rollout {key[3]}"
                     return self._mismatch(what, f"the trace holds no finished {where} to replay", [])
-                live = self._live[episode.session.sid] = _Live(recorded, self.recording.sessions.get(recorded, []))
+                code = self.recording.code(recorded)
+                exchanges = self.recording.session(code) if code is not None else []
+                live = self._live[episode.session.sid] = _Live(recorded, exchanges)
             pending = [e for e in live.exchanges if not e.played]
             if not pending:
                 return self._mismatch(what, "the recorded episode made no more requests", [])
@@ -98,7 +97,7 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
             if not matches(recorded_body, wanted):  # a redacted value stands for any
                 return self._mismatch(what, difference(wanted, recorded_body, "body"), pending)
             expected.played += 1
-        return _play(expected), self._broken.get(expected.seq)
+        return _play(expected), self.recording.broken.get(expected.seq)
 
     def _mismatch(self, what: str, differs: str, nearest: list[Exchange]) -> tuple[Answer, None]:
         described = [e.describe() for e in nearest[:3]]
@@ -113,22 +112,6 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
     def unplayed(self) -> list[str]:
         """The recorded agent requests of the replayed episodes that were never asked for."""
         return [e.describe() for live in self._live.values() for e in live.exchanges if not e.played]
-
-
-def _broken(table: pa.Table) -> dict[int, str]:
-    """The agent exchanges whose request or stream broke when recorded: request seq -> the recorded error."""
-    rows = table.filter(
-        pc.and_(pc.equal(table["layer"], "agent"), pc.is_in(table["kind"], pa.array(["request", "disconnect"])))
-    ).select(["run_id", "exchange", "kind", "seq", "error"])
-    requests: dict[tuple[str, int], int] = {}
-    broken: dict[int, str] = {}
-    for row in rows.to_pylist():  # exchange numbers repeat across the runs of a resumed trace
-        key = (row["run_id"], row["exchange"])
-        if row["kind"] == "request":
-            requests[key] = row["seq"]
-        elif key in requests:
-            broken[requests[key]] = row["error"] or ""
-    return broken
 
 
 class _Replayed(httpx2.AsyncByteStream):

@@ -26,19 +26,23 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import math
 import os
 import threading
 import uuid
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ors_lab.analysis.trace import Trace, load_trace
 from ors_lab.protocol.replay import EPISODES, MISMATCH, RECORDED_EPISODES, REPLAY_HEADER
+from ors_lab.recording.redact import REDACTED
 from ors_lab.replay.faults import Fault
-from ors_lab.replay.recorded import Exchange, Item, Recording, matches, recorded_episodes
+from ors_lab.replay.recorded import Exchange, Item, Recording, give_back, matches
 
 __all__ = [
     "DROP_HEADERS",
@@ -110,24 +114,21 @@ class ReplayEngine:
     ) -> None:
         if speed < 0:
             raise ValueError(f"speed must be 0 (no waiting) or more, not {speed}")
-        self.trace = trace if isinstance(trace, Trace) else load_trace(trace)
-        self.recording = Recording(self.trace)
+        # the index keeps what it needs: a trace loaded here is let go once it is built
+        self.recording = Recording(trace if isinstance(trace, Trace) else load_trace(trace))
+        give_back()
         self.speed = speed
         # copies: a fault counts its uses, and a list given to several replays serves each afresh
         self.faults = [Fault.parse(f) if isinstance(f, str) else dataclasses.replace(f, used=0) for f in faults]
         self.allow_repeats = allow_repeats
         self._live: dict[str, _Live] = {}
-        self._claimed: set[str] = set()
         self._task_ids: dict[str, str] = {}  # recorded task id -> replay task id
         self._resumable: dict[str, tuple[_Live, int]] = {}  # replay task id -> (session, call)
         self._lock = threading.Lock()
         self._episodes: dict[tuple[str, str], list[tuple[int, int]]] = {}
-        creates = {s: next((e for e in ex if e.path == "/create"), None) for s, ex in self.recording.sessions.items()}
-        self._creates = {sid: create for sid, create in creates.items() if create is not None}
-        self._unclaimed: dict[str, deque[str]] = {}  # task identity -> recorded sessions not yet claimed
-        for recorded, create in self._creates.items():
-            self._unclaimed.setdefault(_identity_key(create.body), deque()).append(recorded)
-        self._sessionless = {(e.method, e.path) for e in self.recording.stateless}
+        self._creates = _Creates(self.recording)
+        self._sessionless = _Stateless(self.recording)
+        self._unplayed = 0  # no exchange before this place in seq order is unplayed
 
     # -- the entry point -------------------------------------------------------------------------
 
@@ -149,7 +150,7 @@ class ReplayEngine:
                 return self._create(sid, body)
             if path.endswith("/num_tasks") and headers.get(REPLAY_HEADER) == EPISODES:
                 return self._with_episodes(self._stateless(method, path, body), path, body)
-            sessionless = sid is None and (method, path) in self._sessionless
+            sessionless = sid is None and (method, path) in self._sessionless.sessionless
             if path in ROOT_STATELESS or path.endswith(STATELESS) or sessionless:
                 return self._stateless(method, path, body)
             return self._in_session(sid, method, path, body)
@@ -180,14 +181,13 @@ class ReplayEngine:
 
     def _stateless(self, method: str, path: str, body: bytes) -> Answer:
         wanted = body_value(body)
-        candidates = [e for e in self.recording.exchanges if e.method == method and e.path == path]
-        same = [e for e in candidates if matches(body_value(e.body), wanted)]
-        if not same:
-            nearest = candidates[:3] or self._unplayed_nearby(None)
+        row = self._sessionless.find(method, path, wanted)
+        if row is None:
+            candidates = [self.recording.exchange(r) for r in self._sessionless.groups.get((method, path), [])[:3]]
+            nearest = candidates or self._unplayed_nearby(None)
             differs = difference(wanted, body_value(candidates[0].body), "body") if candidates else "path"
             return self._mismatch(f"{method} {path} {short(body)}", None, nearest, differs)
-        exchange = next((e for e in same if not e.played), same[0])
-        return self._play(exchange, None)
+        return self._play(self.recording.exchange(row), None)
 
     def _with_episodes(self, answer: Answer, path: str, body: bytes) -> Answer:
         """A ``num_tasks`` answer with the recorded episodes of its split added (``ors_lab.protocol.replay``)."""
@@ -209,12 +209,12 @@ class ReplayEngine:
         """
         found = self._episodes.get((environment, split))
         if found is None:
-            pairs = {(index, rollout) for (env, s, index, rollout), _ in recorded_episodes(self.trace.table)
+            pairs = {(index, rollout) for (env, s, index, rollout), _ in self.recording.episodes()
                      if (env, s) == (environment, split) and index is not None}  # fmt: skip
             if not pairs:
                 sessions: dict[int, int] = {}
-                for create in self._creates.values():
-                    env, s, index, _ = _task_identity(create.body)
+                for create in self.recording.bodies(self.recording.create_rows.tolist()):
+                    env, s, index, _ = _task_identity(create)
                     if (env, s) == (environment, split) and type(index) is int:
                         sessions[index] = sessions.get(index, 0) + 1
                 pairs = {(index, rollout) for index, count in sessions.items() for rollout in range(count)}
@@ -227,27 +227,19 @@ class ReplayEngine:
         if sid is None:
             return json_answer(400, {"detail": "X-Session-ID header is required"})
         wanted = _task_identity(body)
-        waiting = self._unclaimed.get(_identity_key(body)) or self._unclaimed_like(wanted)
-        if waiting:  # in recorded order; a dict lookup, not a scan, for traces of many sessions
-            recorded = waiting.popleft()
-            create = self._creates[recorded]
-            self._claimed.add(recorded)
-            exchanges = [e for e in self.recording.sessions[recorded] if e.path not in ("/ping", "/delete_session")]
-            live = _Live(sid, recorded, exchanges)
+        code = self._creates.claim(wanted)
+        if code is not None:  # in recorded order; a dict lookup, not a scan, for traces of many sessions
+            create = self.recording.exchange(int(self._creates.rows[code]))
+            session = self.recording.session(code)
+            exchanges = [e for e in session if e.path not in ("/ping", "/delete_session")]
+            live = _Live(sid, str(create.session_id), exchanges)
             create.played += 1
             if create.status is not None and create.status < 300:
                 self._live[sid] = live
             return self._play(create, live)
-        nearest = [c for r, c in self._creates.items() if r not in self._claimed][:3]
+        nearest = [self.recording.exchange(row) for row in self._creates.nearest()]
         differs = difference(wanted, _task_identity(nearest[0].body), "task") if nearest else "no unclaimed session"
         return self._mismatch(f"POST /create {short(body)}", sid, nearest, differs)
-
-    def _unclaimed_like(self, wanted: tuple[Any, ...]) -> deque[str] | None:
-        """The unclaimed sessions of a task whose recorded identity had secrets redacted, matching ``wanted``."""
-        for waiting in self._unclaimed.values():
-            if waiting and matches(list(_task_identity(self._creates[waiting[0]].body)), list(wanted)):
-                return waiting
-        return None
 
     def _in_session(self, sid: str | None, method: str, path: str, body: bytes) -> Answer:
         live = self._live.get(sid or "")
@@ -361,8 +353,13 @@ class ReplayEngine:
     # -- mismatches ------------------------------------------------------------------------------
 
     def _unplayed_nearby(self, live: _Live | None) -> list[Exchange]:
-        pool = live.exchanges if live is not None else self.recording.exchanges
-        return [e for e in pool if not e.played][:3]
+        if live is not None:
+            return [e for e in live.exchanges if not e.played][:3]
+        ordered, played = self.recording.ordered, self.recording.played
+        while self._unplayed < len(ordered) and played(int(ordered[self._unplayed])):
+            self._unplayed += 1  # played stays played: the scan starts where the last one stopped
+        rows = (int(row) for row in ordered[self._unplayed :] if not played(int(row)))
+        return [self.recording.exchange(row) for row in itertools.islice(rows, 3)]
 
     def _mismatch(
         self, what: str, sid: str | None, nearest: list[Exchange], differs: str, live: _Live | None = None
@@ -381,7 +378,7 @@ class ReplayEngine:
     def unplayed(self) -> list[str]:
         """The recorded requests no one asked for (pings and the id allocator left out)."""
         skip = ("/ping", "/create_session", "/delete_session", "/health")
-        return [e.describe() for e in self.recording.exchanges if not e.played and e.path not in skip]
+        return self.recording.unplayed(skip)
 
 
 def body_value(body: bytes) -> Any:
@@ -399,9 +396,141 @@ def _task_identity(body: bytes) -> tuple[Any, ...]:
     return (value.get("env_name"), value.get("split"), value.get("index"), value.get("task_spec"))
 
 
-def _identity_key(body: bytes) -> str:
-    """The task identity of a /create body as one hashable, canonical text."""
-    return json.dumps(_task_identity(body), sort_keys=True, default=str)
+def _identity_key(identity: tuple[Any, ...]) -> Any:
+    """A task identity as one hashable key, the same for identities that ``matches``; None for one with a
+    redacted secret (or a NaN), which only ``matches`` can compare. A plain (environment, split, index)
+    is its own key; the rest, a canonical text."""
+    env, split, index, spec = identity
+    if spec is None and type(env) is str and type(split) is str and type(index) is int and REDACTED not in (env, split):
+        return env, split, index
+    if spec is None and type(index) in (bool, float) and float(index).is_integer():
+        return _identity_key((env, split, int(index), None))  # 1.0 and True match 1
+    return body_key(list(identity))
+
+
+def body_key(value: Any) -> Any:
+    """A recorded JSON value as one hashable key, equal for values that ``matches`` (a bool as its number, a
+    whole float as an int, keys sorted); None for one holding ``"<redacted>"`` or a NaN (``matches`` only)."""
+    if isinstance(value, bytes):
+        return value
+    try:
+        return json.dumps(_normal(value), sort_keys=True, separators=(",", ":"))
+    except _Odd:
+        return None
+
+
+class _Odd(Exception):
+    """A value no key can stand for."""
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Odd
+        return int(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        return {key: _normal(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_normal(item) for item in value]
+    if value == REDACTED:
+        raise _Odd
+    return value
+
+
+class _Stateless:
+    """The exchanges recorded without a session, by (method, path) and by request body: lookups, not scans."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+        self.groups: dict[tuple[str, str], list[int]] = {}  # rows in seq order
+        self._same: dict[tuple[str, str, Any], list[int]] = {}  # ... by the key of their body
+        self._odd: dict[tuple[str, str], list[int]] = {}  # ... whose body only ``matches`` compares
+        self._next: dict[tuple[str, str, Any], int] = {}  # the first place in ``_same`` that may be unplayed
+        self.sessionless = recording.pairs(recording.stateless)  # asked without a session: answered so
+        rows = recording.rows_of(self.answers)  # any recorded exchange answers them, in a session or not
+        keys: dict[bytes, Any] = {}
+        for row, (method, path, body) in zip(rows, recording.requests(rows), strict=True):
+            self.groups.setdefault((method, path), []).append(row)
+            key = keys[body] = keys[body] if body in keys else body_key(body_value(body))
+            if key is None:
+                self._odd.setdefault((method, path), []).append(row)
+            else:
+                self._same.setdefault((method, path, key), []).append(row)
+
+    def answers(self, method: str, path: str) -> bool:
+        """True for a request the stateless index answers (when it comes without a session, for the last)."""
+        return path in ROOT_STATELESS or path.endswith(STATELESS) or (method, path) in self.sessionless
+
+    def find(self, method: str, path: str, wanted: Any) -> int | None:
+        """The first unplayed recorded row answering the request, else its first; None when none does."""
+        key = body_key(wanted)
+        odd = self._odd.get((method, path), [])
+        if key is None:  # a live NaN: compared one by one
+            odd = self.groups.get((method, path), [])
+        same = [] if key is None else self._same.get((method, path, key), [])
+        if odd:
+            bodies = self.recording.bodies(odd)
+            odd = [row for row, body in zip(odd, bodies, strict=True) if matches(body_value(body), wanted)]
+        if not same and not odd:
+            return None
+        played = self.recording.played
+        start = self._next.get((method, path, key), 0)
+        while start < len(same) and played(same[start]):
+            start += 1
+        self._next[(method, path, key)] = start
+        firsts = [row for row in (*same[start : start + 1], next((r for r in odd if not played(r)), None))
+                  if row is not None]  # fmt: skip
+        return min(firsts or same[:1] + odd[:1], key=lambda row: int(self.recording.rank[row]))
+
+
+class _Creates:
+    """The recorded sessions by the task their first ``/create`` named; the unclaimed ones in recorded order."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.rows = np.full(len(recording.session_ids), -1)  # session code -> the row of its /create
+        self.rows[recording.create_codes] = recording.create_rows
+        self._order = recording.create_codes
+        self._claimed = bytearray(len(recording.session_ids))
+        self._first = 0  # no session before this place in ``_order`` is unclaimed
+        # identity key -> sessions not yet claimed, the first last (lists: a deque per task costs 600 bytes)
+        self._waiting: dict[Any, list[int]] = {}
+        self._odd: dict[str, tuple[tuple[Any, ...], list[int]]] = {}  # identities with a redacted secret
+        known: dict[bytes, tuple[tuple[Any, ...], Any]] = {}
+        bodies = recording.bodies(recording.create_rows.tolist())
+        for code, body in zip(self._order.tolist(), bodies, strict=True):
+            if body not in known:
+                identity = _task_identity(body)
+                known[body] = identity, _identity_key(identity)
+            identity, key = known[body]
+            if key is not None:
+                self._waiting.setdefault(key, []).append(code)
+            else:
+                self._odd.setdefault(json.dumps(identity, sort_keys=True, default=str), (identity, []))[1].append(code)
+        for waiting in itertools.chain(self._waiting.values(), (w for _, w in self._odd.values())):
+            waiting.reverse()
+
+    def claim(self, wanted: tuple[Any, ...]) -> int | None:
+        """The first unclaimed session of the task ``wanted`` names, now claimed; None if there is none."""
+        key = _identity_key(wanted)
+        waiting = self._waiting.get(key) if key is not None else None
+        if not waiting:
+            waiting = next((w for identity, w in self._odd.values() if w and matches(list(identity), list(wanted))),
+                           None)  # fmt: skip
+        if not waiting:
+            return None
+        code = waiting.pop()
+        self._claimed[code] = 1
+        return code
+
+    def nearest(self) -> list[int]:
+        """The rows of the first three unclaimed sessions' ``/create``s."""
+        order, claimed = self._order, self._claimed
+        while self._first < len(order) and claimed[order[self._first]]:
+            self._first += 1
+        codes = (code for code in itertools.islice(order, self._first, None) if not claimed[code])
+        return [int(self.rows[code]) for code in itertools.islice(codes, 3)]
 
 
 def _same_request(exchange: Exchange, method: str, path: str, request: Any) -> bool:

@@ -4,15 +4,27 @@ Each request row, its response row and the chunk, event and comment rows that sh
 ``exchange`` number become one ``Exchange``: what was asked (method, path, body, tool and input)
 and what came back (status, headers, body, or the SSE items grouped by the network chunk that
 delivered them, each with its delay after the response head).
+
+The index is built from the trace's columns with Arrow and numpy, never row by row in Python: the
+rows of one exchange are grouped by (run, exchange number), one compact table keeps one row per
+exchange (sorted by session, then by ``seq``) and another one row per SSE item, so that a session's
+exchanges and items are two slices. ``Exchange`` objects are made when they are asked for (a
+session when it is claimed, a stateless answer when it is played), and kept, with their ``played``
+counts, from then on. Load time and memory grow linearly with the trace (``bench/scale_replay.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -20,12 +32,30 @@ from ors_lab.analysis.trace import Trace
 from ors_lab.protocol.errors import TraceFormatError
 from ors_lab.recording.redact import REDACTED
 
-__all__ = ["EpisodeKey", "Exchange", "Item", "Recording", "matches", "recorded_episodes"]
+__all__ = ["EpisodeKey", "Exchange", "Item", "Recording", "give_back", "matches", "recorded_episodes"]
 
 COLUMNS = [
     "run_id", "layer", "seq", "t_ns", "kind", "session_id", "call", "attempt", "exchange", "method", "url", "status",
-    "headers", "body", "ttfb_ns", "event", "data", "sse_id", "retry_ms", "comment", "tool", "input",
+    "headers", "body", "event", "data", "sse_id", "retry_ms", "comment", "environment", "split", "task_index",
+    "rollout", "error",
 ]  # fmt: skip
+
+KINDS = ["request", "response", "chunk", "event", "comment"]
+REQUEST, RESPONSE, CHUNK, EVENT, COMMENT = range(len(KINDS))
+
+# a JSON object whose values are all texts, as RE2 matches it (a sufficient test: what fails it is parsed in Python)
+_TEXT = r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"'
+_SPACE = r"[ \t\n\r]*"
+_PAIR = f"{_TEXT}{_SPACE}:{_SPACE}{_TEXT}{_SPACE}"
+KEEP = pa.system_memory_pool()
+"""Where the index's arrays live: not in the pool the trace and the scratch arrays were built in, so that
+``give_back`` can return those whole."""
+HEADERS_PATTERN = f"^{_SPACE}\\{{{_SPACE}(?:{_PAIR}(?:,{_SPACE}{_PAIR})*)?\\}}{_SPACE}$"
+
+
+def _columns(trace: Trace) -> pa.Table:
+    """The columns replay reads, the one place it reads a trace."""
+    return trace.table.select(COLUMNS)
 
 
 @dataclass(slots=True)
@@ -75,6 +105,7 @@ class Exchange:
     head_ns: int = 0
     chunks: list[tuple[int, list[Item]]] = field(default_factory=list)
     played: int = 0
+    row: int = field(default=-1, compare=False, repr=False)  # its place in the ``Recording``
 
     @property
     def sse(self) -> bool:
@@ -105,56 +136,205 @@ class Exchange:
 
 
 class Recording:
-    """The exchanges of a trace: ``stateless`` ones, and ``sessions`` (recorded id → exchanges in order).
+    """The exchanges of a trace, indexed: sessions (recorded id → exchanges in order) and stateless ones.
 
     ``agent=False`` takes the ORS exchanges; ``agent=True`` the agent's own (its LLM's, layer ``agent``).
+    Rows are numbered session by session (sessions in the order of their first request), each
+    session's exchanges in ``seq`` order, then the exchanges without a session; ``ordered`` lists
+    the rows in ``seq`` order. ``session(code)`` and ``exchange(row)`` make the ``Exchange`` objects.
     """
 
     def __init__(self, trace: Trace, *, agent: bool = False) -> None:
-        self.trace = trace
         self.name = str(trace.path)
-        # keyed by run and number: exchange numbers are unique within one recording process only, and
-        # a resumed (appended) trace holds several runs
-        exchanges: dict[tuple[str, int], Exchange] = {}
-        current: dict[tuple[str, int], list[Item]] = {}
-        rows = trace.table.select(COLUMNS).to_pylist()
-        for row in rows:
-            kind = row["kind"]
-            if row["exchange"] is None or (row["layer"] == "agent") != agent:
-                continue
-            number = (row["run_id"], row["exchange"])
-            if kind == "request":
-                exchanges[number] = _exchange_of(row)
-                continue
-            exchange = exchanges.get(number)
-            if exchange is None:
-                continue
-            if kind == "response":
-                exchange.status = row["status"]
-                exchange.headers = _headers(self.name, row)
-                exchange.response_body = row["body"]
-                exchange.head_ns = row["t_ns"]
-            elif kind == "chunk":
-                group: list[Item] = []
-                exchange.chunks.append((row["t_ns"] - exchange.head_ns, group))
-                current[number] = group
-            elif kind in ("event", "comment"):
-                item = Item(kind=kind, event=row["event"] or "", data=row["data"] or "", sse_id=row["sse_id"],
-                            retry_ms=row["retry_ms"], comment=row["comment"] or "", seq=row["seq"])  # fmt: skip
-                if number not in current:
-                    group = []
-                    exchange.chunks.append((row["t_ns"] - exchange.head_ns, group))
-                    current[number] = group
-                current[number].append(item)
-        if rows and not exchanges and not agent:
+        columns = _columns(trace)
+        self._episodes = _episode_rows(columns)
+        self.broken = _broken(columns) if agent else {}
+        """The agent's exchanges that broke when recorded: request seq -> the recorded transport error."""
+        index = _Index(self.name, columns, _exchange_rows(columns, agent))
+        if columns.num_rows and not index.table.num_rows and not agent:
             raise TraceFormatError(f"{self.name} records no HTTP exchanges to replay (no exchange numbers)")
-        ordered = sorted(exchanges.values(), key=lambda e: e.seq)
-        self.exchanges = ordered
-        self.stateless = [e for e in ordered if e.session_id is None]
-        self.sessions: dict[str, list[Exchange]] = {}
-        for exchange in ordered:
-            if exchange.session_id is not None:
-                self.sessions.setdefault(exchange.session_id, []).append(exchange)
+        self._table, self._items, self._item_starts = index.table, index.items, index.item_starts
+        self.session_ids: pa.Array = index.session_ids
+        """The recorded session ids, by session code."""
+        self._session_starts = index.session_starts
+        self.ordered: np.ndarray = index.ordered
+        """The rows in ``seq`` order."""
+        self.rank = np.empty(len(index.ordered), np.int64)
+        """Each row's place in ``seq`` order."""
+        self.rank[index.ordered] = np.arange(len(index.ordered))
+        self._names: tuple[list[str | None], list[str]] = ([], [])
+        self.stateless = range(int(index.session_starts[-1]), index.table.num_rows)
+        """The rows of the exchanges without a session, in ``seq`` order."""
+        self.create_codes, self.create_rows = index.create_codes, index.create_rows
+        """Each session's first ``/create``: its session code and row, in session order."""
+        self._made: dict[int, Exchange] = {}
+        self._codes: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return int(self._table.num_rows)
+
+    def exchange(self, row: int) -> Exchange:
+        """The exchange at ``row``, made once (it keeps its ``played`` count)."""
+        made = self._made.get(row)
+        if made is None:
+            made = self._made[row] = self._make(row, row + 1)[0]
+        return made
+
+    def session(self, code: int) -> list[Exchange]:
+        """The exchanges of session ``code``, in order."""
+        start, end = int(self._session_starts[code]), int(self._session_starts[code + 1])
+        if all(row in self._made for row in (start, end - 1)):
+            return [self.exchange(row) for row in range(start, end)]
+        for made in self._make(start, end):
+            self._made.setdefault(made.row, made)
+        return [self._made[row] for row in range(start, end)]
+
+    def code(self, session_id: str) -> int | None:
+        """The session code of a recorded session id (None if the trace holds no such session)."""
+        if self._codes is None:
+            self._codes = {sid: code for code, sid in enumerate(self.session_ids.to_pylist())}
+        return self._codes.get(session_id)
+
+    def played(self, row: int) -> bool:
+        made = self._made.get(row)
+        return made is not None and made.played > 0
+
+    def peek(self, row: int) -> Exchange:
+        """The exchange at ``row`` without keeping it (for describing what was never played)."""
+        return self._made.get(row) or self._make(row, row + 1)[0]
+
+    def requests(self, rows: list[int]) -> list[tuple[str, str, bytes]]:
+        """(method, path, body) of some rows, without making exchanges."""
+        part = self._table.select(["method", "path", "body"]).take(pa.array(rows, pa.int64()))
+        return [(m or "GET", p, b or b"") for m, p, b in zip(*(c.to_pylist() for c in part.columns), strict=True)]
+
+    def pairs(self, rows: range) -> set[tuple[str, str]]:
+        """The (method, path) pairs of consecutive rows."""
+        pair = self._pairs()[rows.start : rows.stop]
+        return {self._pair(int(p)) for p in np.unique(pair)}
+
+    def rows_of(self, wanted: Callable[[str, str], bool]) -> list[int]:
+        """The rows whose (method, path) is ``wanted``, in ``seq`` order: decided once per distinct pair."""
+        pair = self._pairs()
+        chosen = [p for p in np.unique(pair).tolist() if wanted(*self._pair(p))]
+        rows = np.flatnonzero(np.isin(pair, chosen))
+        return [int(row) for row in rows[np.argsort(self.rank[rows], kind="stable")]]
+
+    def _pairs(self) -> np.ndarray:
+        """Each row's (method, path) as one number (``_pair`` names it)."""
+        method, path = (self._table[name].combine_chunks() for name in ("method", "path"))
+        methods = np.asarray(method.indices.fill_null(len(method.dictionary)).to_numpy(zero_copy_only=False), np.int64)
+        paths = np.asarray(path.indices.to_numpy(zero_copy_only=False), np.int64)
+        self._names = (method.dictionary.to_pylist(), path.dictionary.to_pylist())
+        return methods * len(self._names[1]) + paths
+
+    def _pair(self, pair: int) -> tuple[str, str]:
+        methods, paths = self._names
+        method = methods[pair // len(paths)] if pair // len(paths) < len(methods) else None
+        return method or "GET", paths[pair % len(paths)]
+
+    def bodies(self, rows: list[int]) -> list[bytes]:
+        """The request bodies of some rows, without making exchanges."""
+        taken = self._table["body"].take(pa.array(rows, pa.int64())).to_pylist()
+        return [body or b"" for body in taken]
+
+    def unplayed(self, skip: tuple[str, ...] = ()) -> list[str]:
+        """The exchanges never played, described, in ``seq`` order (those on ``skip`` paths left out);
+        made a block at a time and let go."""
+        described: dict[int, str] = {}
+        for start in range(0, len(self), 4096):
+            for made in self._make(start, min(len(self), start + 4096)):
+                exchange = self._made.get(made.row, made)
+                if not exchange.played and exchange.path not in skip:
+                    described[made.row] = exchange.describe()
+        return [described[row] for row in self.ordered.tolist() if row in described]
+
+    def episodes(self) -> list[tuple[EpisodeKey, str]]:
+        """The trace's ``episode`` rows: (environment, split, task index, rollout) and session id, in order."""
+        return recorded_episodes(self._episodes)
+
+    def _make(self, start: int, end: int) -> list[Exchange]:
+        """The exchanges of rows ``start`` to ``end``, made from the tables (not kept)."""
+        rows = _rows(self._table, start, end - start)
+        bounds = [int(n) for n in self._item_starts[start : end + 1]]
+        items = _rows(self._items, bounds[0], bounds[-1] - bounds[0])
+        made = []
+        for offset, row in enumerate(rows):
+            exchange = _exchange_of(row, start + offset, self.session_ids)
+            if row["status"] is not None:
+                exchange.headers = _headers(self.name, row["seq"], row["headers"])
+            exchange.chunks = _chunks(items[bounds[offset] - bounds[0] : bounds[offset + 1] - bounds[0]])
+            made.append(exchange)
+        return made
+
+
+class _Index:
+    """The arrays a ``Recording`` keeps, built with Arrow and numpy from the trace's columns and the
+    places of its exchange rows (``selected``); the columns are only taken from at the end, by place."""
+
+    def __init__(self, name: str, columns: pa.Table, selected: np.ndarray) -> None:
+        kind = _codes(columns["kind"], KINDS)[selected]
+        # the rows of one exchange, grouped by (run, exchange number) in table order: numbers are unique
+        # within one recording process only, and a resumed (appended) trace holds several runs
+        run = _codes(columns["run_id"], None)[selected]
+        number = _numbers(columns["exchange"])[selected]
+        order = _grouping(run, number)
+        kind, run, number = kind[order], run[order], number[order]
+        source = selected[order]  # sorted place -> place in the trace
+
+        def rows(names: list[str], places: np.ndarray, missing: np.ndarray | None = None) -> dict[str, pa.Array]:
+            return {name: _take(columns[name], source[places], missing) for name in names}
+
+        position = np.arange(len(kind))
+        starts = np.flatnonzero(np.r_[True, (run[1:] != run[:-1]) | (number[1:] != number[:-1])][: len(kind)])
+        group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(kind)]))
+        # an exchange begins at its (last) request row: rows before it have no exchange to join
+        request = _last_per_group(group, kind == REQUEST, len(starts))
+        since = request[group]
+        kept = (since >= 0) & (position >= since)
+        response = _last_per_group(group, kept & (kind == RESPONSE), len(starts))
+        has = request >= 0
+        request, response = request[has], response[has]
+        seq, t_ns = _numbers(columns["seq"])[source], _numbers(columns["t_ns"])[source]
+        # exchanges in seq order (ties: table order); sessions numbered by their first exchange
+        by_seq = np.lexsort((source[request], seq[request]))
+        request, response = request[by_seq], response[by_seq]
+        rank_of_group = np.full(len(starts), -1)
+        rank_of_group[np.flatnonzero(has)[by_seq]] = np.arange(len(request))
+        sessions = pc.dictionary_encode(_take(columns["session_id"], source[request]))
+        self.session_ids: pa.Array = sessions.dictionary
+        code = sessions.indices.fill_null(len(self.session_ids)).to_numpy(zero_copy_only=False).astype(np.int64)
+        placed = np.lexsort((np.arange(len(code)), code))  # row -> the seq rank of its exchange
+        self.ordered = np.empty(len(code), np.int64)  # seq rank -> row
+        self.ordered[placed] = np.arange(len(code))
+        self.session_starts = np.searchsorted(code[placed], np.arange(len(self.session_ids) + 1))
+        request, response, code = request[placed], response[placed], code[placed]  # now in row order
+        asked = rows(["exchange", "seq", "method", "url", "body", "call", "attempt", "t_ns"], request)
+        answered = response >= 0
+        answers = rows(["seq", "status", "headers", "body"], response, ~answered)
+        _check_headers(name, answers["headers"].filter(pa.array(answered)), answers["seq"].filter(pa.array(answered)))
+        self.table = pa.table({
+            "exchange": asked["exchange"], "seq": asked["seq"], "session": pa.array(code, pa.int64()),
+            "method": pc.dictionary_encode(asked["method"], memory_pool=KEEP), "path": _paths(asked["url"]),
+            "body": asked["body"], "call": asked["call"], "attempt": asked["attempt"], "request_ns": asked["t_ns"],
+            "status": answers["status"], "headers": answers["headers"], "response_body": answers["body"],
+            "head_ns": pa.array(np.where(answered, t_ns[np.where(answered, response, 0)], 0), pa.int64()),
+        })  # fmt: skip
+        # items: chunk, event and comment rows after their request, timed from the response head before them
+        is_item = kept & ((kind == CHUNK) | (kind == EVENT) | (kind == COMMENT))
+        last_response = np.maximum.accumulate(np.where(kept & (kind == RESPONSE), position, -1)) if len(kind) else kind
+        head_at = np.where(last_response >= since, t_ns[np.maximum(last_response, 0)], 0) if len(kind) else t_ns
+        item_row = self.ordered[rank_of_group[group[is_item]]]
+        item_order = np.argsort(item_row, kind="stable")
+        picked = np.flatnonzero(is_item)[item_order]
+        said = rows(["event", "data", "sse_id", "retry_ms", "comment", "seq"], picked)
+        self.items = pa.table({
+            "kind": pa.array(kind[picked], pa.int8()), "offset_ns": pa.array((t_ns - head_at)[picked], pa.int64()),
+            "event": pc.dictionary_encode(said["event"], memory_pool=KEEP), "data": said["data"],
+            "sse_id": said["sse_id"], "retry_ms": said["retry_ms"], "comment": said["comment"], "seq": said["seq"],
+        })  # fmt: skip
+        self.item_starts = np.searchsorted(item_row[item_order], np.arange(len(code) + 1))
+        self.create_codes, self.create_rows = _creates(self.table, self.session_starts)
 
 
 EpisodeKey = tuple[str, str | None, int | None, int]
@@ -180,32 +360,155 @@ def matches(recorded: Any, live: Any) -> bool:
     return bool(recorded == live)
 
 
-def _headers(name: str, row: dict[str, Any]) -> list[tuple[str, str]]:
-    """A response row's headers, as (name, value) pairs; ``TraceFormatError`` for what is not a JSON object of texts."""
+def give_back() -> None:
+    """Return the memory a trace and an index's scratch arrays took to the system, once they are let go: Arrow's
+    pool keeps freed pages, and so does glibc's heap (numpy's scratch arrays), until asked."""
+    pa.default_memory_pool().release_unused()
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _take(column: pa.ChunkedArray, places: np.ndarray, missing: np.ndarray | None = None) -> pa.Array:
+    """``column[places]`` (null where ``missing``), in ``KEEP``'s memory: taken chunk by chunk (Arrow's take
+    on a chunked column joins all its chunks first), then put in order."""
+    valid = places if missing is None else places[~missing]
+    order = np.argsort(valid, kind="stable")
+    ascending = valid[order]
+    bounds = np.cumsum([0, *(len(chunk) for chunk in column.chunks)])
+    cuts = np.searchsorted(ascending, bounds)
+    parts = [chunk.take(pa.array(ascending[cuts[n] : cuts[n + 1]] - bounds[n], pa.int64()))
+             for n, chunk in enumerate(column.chunks) if cuts[n + 1] > cuts[n]]  # fmt: skip
+    taken = pa.concat_arrays(parts) if parts else pa.array([], column.type)
+    back = np.zeros(len(places), np.int64)
+    if missing is None:
+        back[order] = np.arange(len(order))
+    else:
+        back[np.flatnonzero(~missing)[order]] = np.arange(len(order))
+    return pc.take(taken, pa.array(back, mask=missing), memory_pool=KEEP)
+
+
+def _grouping(run: np.ndarray, number: np.ndarray) -> np.ndarray:
+    """The order that groups rows by (run, exchange number), keeping table order within a group."""
+    if len(number) and number.min() >= 0 and number.max() < 1 << 40 and run.max() < 1 << 22:
+        return np.argsort((run << 40) | number, kind="stable")  # one key sorts faster than three
+    return np.lexsort((number, run))  # stable too
+
+
+def _exchange_rows(columns: pa.Table, agent: bool) -> np.ndarray:
+    """The places of the rows of the ORS exchanges (or the agent's) in the trace."""
+    is_agent = pc.fill_null(pc.equal(columns["layer"], "agent"), False)
+    layer = is_agent if agent else pc.invert(is_agent)
+    wanted = pc.and_(pc.is_valid(columns["exchange"]), layer)
+    return np.flatnonzero(np.asarray(wanted.to_numpy(zero_copy_only=False), bool))
+
+
+def _numbers(column: pa.ChunkedArray) -> np.ndarray:
+    """An integer column as int64 numbers, null as -1."""
+    return np.asarray(column.fill_null(-1).to_numpy(), np.int64)
+
+
+def _episode_rows(columns: pa.Table) -> pa.Table:
+    """The ``episode`` rows, with the columns ``recorded_episodes`` reads."""
+    rows = columns.filter(pc.and_(pc.equal(columns["kind"], "episode"), pc.equal(columns["layer"], "agent")))
+    return rows.select(["kind", "layer", "environment", "split", "task_index", "rollout", "session_id"])
+
+
+def _broken(columns: pa.Table) -> dict[int, str]:
+    """The agent exchanges whose request or stream broke when recorded: request seq -> the recorded error."""
+    rows = columns.filter(
+        pc.and_(pc.equal(columns["layer"], "agent"), pc.is_in(columns["kind"], pa.array(["request", "disconnect"])))
+    ).select(["run_id", "exchange", "kind", "seq", "error"])
+    requests: dict[tuple[str, int], int] = {}
+    broken: dict[int, str] = {}
+    for row in rows.to_pylist():  # exchange numbers repeat across the runs of a resumed trace
+        key = (row["run_id"], row["exchange"])
+        if row["kind"] == "request":
+            requests[key] = row["seq"]
+        elif key in requests:
+            broken[requests[key]] = row["error"] or ""
+    return broken
+
+
+def _codes(column: pa.ChunkedArray | pa.Array, values: list[str] | None) -> np.ndarray:
+    """Each value's place in ``values`` (or in the order values first appear), -1 for null or absent."""
+    value_set = pc.unique(column) if values is None else pa.array(values, pa.string())
+    found = pc.index_in(column, value_set=value_set).fill_null(-1)
+    return np.asarray(found.to_numpy() if isinstance(found, pa.ChunkedArray) else found.to_numpy(False), np.int64)
+
+
+def _last_per_group(group: np.ndarray, where: np.ndarray, groups: int) -> np.ndarray:
+    """For each group, the last position where ``where`` holds (groups are runs of ``group``), else -1."""
+    last = np.full(groups, -1)
+    positions = np.flatnonzero(where)
+    last[group[positions]] = positions  # positions ascend: the last assignment to a group wins
+    return last
+
+
+def _paths(urls: pa.ChunkedArray) -> pa.DictionaryArray:
+    """The path of each URL, computed once per distinct URL."""
+    encoded = pc.dictionary_encode(urls, memory_pool=KEEP)
+    paths = [urlsplit(url or "/").path for url in encoded.dictionary.to_pylist()]
+    indices = pc.coalesce(encoded.indices, pa.scalar(len(paths), encoded.indices.type), memory_pool=KEEP)
+    return pa.DictionaryArray.from_arrays(indices, pa.array([*paths, "/"], pa.string()))
+
+
+def _check_headers(name: str, texts: pa.Array, seqs: pa.Array) -> None:
+    """``TraceFormatError`` for a response whose headers are not a JSON object of texts: RE2 passes most, the
+    rest are parsed in Python."""
+    distinct = pc.unique(texts)  # responses share most of their headers: each text is checked once
+    plain = pc.or_(pc.equal(pc.fill_null(distinct, ""), ""), pc.match_substring_regex(distinct, HEADERS_PATTERN))
+    for text in distinct.filter(pc.invert(pc.fill_null(plain, False))).to_pylist():
+        first = pc.index(texts, text).as_py()  # the response to name, should it be bad
+        _headers(name, seqs[first].as_py(), text)
+
+
+def _creates(table: pa.Table, session_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each session's first ``/create``: the session codes and the rows."""
+    rows = np.flatnonzero(pc.equal(table["path"].cast(pa.string()), "/create").to_numpy(zero_copy_only=False))
+    rows = rows[rows < session_starts[-1]]
+    codes = table["session"].to_numpy()[rows]
+    codes, first = np.unique(codes, return_index=True)
+    return codes, rows[first]
+
+
+def _headers(name: str, seq: int, text: str | None) -> list[tuple[str, str]]:
+    """A response's headers, as (name, value) pairs; ``TraceFormatError`` for what is not a JSON object of texts."""
     try:
-        value = json.loads(row["headers"] or "{}")
+        value = json.loads(text or "{}")
     except ValueError as exc:
-        where = f"{name}: the response at seq {row['seq']}"
-        raise TraceFormatError(f"{where} has headers that are not JSON: {exc}") from exc
+        raise TraceFormatError(f"{name}: the response at seq {seq} has headers that are not JSON: {exc}") from exc
     if not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
         raise TraceFormatError(
-            f"{name}: the response at seq {row['seq']} has headers that are not a JSON object of texts: {value!r:.80}"
+            f"{name}: the response at seq {seq} has headers that are not a JSON object of texts: {value!r:.80}"
         )
     return list(value.items())
 
 
-def _exchange_of(row: dict[str, Any]) -> Exchange:
+def _rows(table: pa.Table, start: int, count: int) -> list[dict[str, Any]]:
+    """Rows of a one-chunk table as dicts, column by column (``Table.slice(...).to_pylist()`` costs 10x more)."""
+    names = table.column_names
+    values = [table[name].chunk(0).slice(start, count).to_pylist() if count else [] for name in names]
+    return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
+
+
+def _exchange_of(row: dict[str, Any], place: int, session_ids: pa.Array) -> Exchange:
+    code = row["session"]
     body = row["body"] or b""
     exchange = Exchange(
         exchange=row["exchange"],
         seq=row["seq"],
-        session_id=row["session_id"],
+        session_id=session_ids[code].as_py() if code < len(session_ids) else None,
         method=row["method"] or "GET",
-        path=urlsplit(row["url"] or "/").path,
+        path=row["path"],
         body=body,
         call=row["call"],
         attempt=row["attempt"],
-        request_ns=row["t_ns"],
+        request_ns=row["request_ns"],
+        status=row["status"],
+        response_body=row["response_body"],
+        head_ns=row["head_ns"],
+        row=place,
     )
     if exchange.path.endswith("/call"):
         parsed = _json(body)
@@ -213,6 +516,21 @@ def _exchange_of(row: dict[str, Any]) -> Exchange:
         exchange.tool_input = parsed.get("input")
         exchange.task_id_sent = parsed.get("task_id")
     return exchange
+
+
+def _chunks(rows: list[dict[str, Any]]) -> list[tuple[int, list[Item]]]:
+    """An exchange's item rows as the chunks that delivered them (an item before any chunk opens one)."""
+    chunks: list[tuple[int, list[Item]]] = []
+    current: list[Item] | None = None
+    for row in rows:
+        if row["kind"] == CHUNK or current is None:
+            current = []
+            chunks.append((row["offset_ns"], current))
+        if row["kind"] != CHUNK:
+            current.append(Item(kind=KINDS[row["kind"]], event=row["event"] or "", data=row["data"] or "",
+                                sse_id=row["sse_id"], retry_ms=row["retry_ms"], comment=row["comment"] or "",
+                                seq=row["seq"]))  # fmt: skip
+    return chunks
 
 
 def _json(body: bytes) -> dict[str, Any]:
