@@ -6,8 +6,9 @@ id made here), keeps itself alive with ``POST /ping`` every 10 s for its whole l
 deleted when it closes, whatever ends it. ``call()`` returns a ``ToolResult``; ``ok=False`` is
 data, and infrastructure failures are the typed errors of ``ors_lab.protocol.errors``.
 
-Two seams: ``transport=`` (any ``httpx2.AsyncBaseTransport``; the default sends through aiohttp)
-and ``events``, the client's ``EventStream``: every request, response, network chunk, SSE event,
+Two seams: ``transport=`` (any ``httpx2.AsyncBaseTransport``; the default sends through aiohttp, at
+most ``connections=`` connections to the server at once: ``ors_lab.client.transport``) and
+``events``, the client's ``EventStream``: every request, response, network chunk, SSE event,
 comment, retry and session step is published on it, in order, as a typed event
 (``ors_lab.events``). ``recorder=`` subscribes a ``Recorder`` (or any subscriber) to it. An
 environment or session can be given a stream of its own (``client.environment(name, events=...)``,
@@ -48,7 +49,7 @@ import httpx2
 from ors_lab.client.policy import BEFORE_SENDING, RETRY_STATUSES, RetryPolicy, is_starting, outcome_unknown
 from ors_lab.client.shielding import outlast_cancel
 from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream, unreachable
-from ors_lab.client.transport import AiohttpTransport
+from ors_lab.client.transport import DEFAULT_CONNECTIONS, QUEUED, AiohttpTransport
 from ors_lab.client.url import server_url
 from ors_lab.events import (
     CallErrorEvent,
@@ -348,6 +349,15 @@ class AsyncClient:
     (as ``asyncio.run`` ends it), when it is dropped, or at interpreter exit: its open sessions are
     deleted (``EXIT_TIMEOUT`` seconds at most) and its connections closed.
 
+    ``connections`` bounds the connections to the server (``DEFAULT_CONNECTIONS``, 512; None: no
+    bound), and so the file descriptors the client holds: idle sessions share them (a ping holds one
+    for its few milliseconds), a request holds one until its answer ends, a /call stream while it
+    streams. A request finding all of them in use waits for the next one free, however long; that
+    wait counts in no timeout but ``call_timeout``. So with ``connections=N``, N tools running at once
+    (N /call streams) make the N+1th request, a ping too, wait until one of them ends: raise it to run
+    more at once, e.g. ``AsyncClient(url, connections=2048)`` (keep it below ``ulimit -n``). The bound
+    belongs to the default transport; with ``transport=``, bound that transport (or not) instead.
+
     ``max_result_bytes`` bounds one /call result (the UTF-8 size of its JSON; default 256 MiB) and
     ``max_line_bytes`` one SSE line of a /call stream (default 16 MiB; ORS servers send lines of
     4096 characters). A stream that crosses either raises ``MalformedStreamError``, and is not resumed.
@@ -356,14 +366,17 @@ class AsyncClient:
 
     - ``timeout``: each network step (``DEFAULT_TIMEOUT``: 10 s to connect, 60 s for each read);
       a step that takes longer is a ``ConnectionFailedError`` (a /call's stream is resumed instead).
+      A wait for a free connection is not a step: connecting starts once the request has its place.
     - ``request_timeout``: one whole exchange, from sending a request to the last byte of its answer
       (every exchange but a /call's event stream; each try on its own, the waits between tries are
-      the ``RetryPolicy``'s). Default: the timeout's connect + read (70 s), so an answer trickled a
-      byte at a time cannot hold a request longer. ``DeadlineExceededError``.
+      the ``RetryPolicy``'s; a wait for a free connection is not counted). Default: the timeout's
+      connect + read (70 s), so an answer trickled a byte at a time cannot hold a request longer.
+      ``DeadlineExceededError``.
     - ``call_timeout``: a whole ``call()``, with its tries, its stream and its resumes. Default
       None: no bound, so a tool may run as long as its server keeps the stream alive (pings every
       10 s keep it alive for ever). ``CallDeadlineExceededError`` (an ``OutcomeUnknownError``) once
-      the call may have reached the server, a plain ``DeadlineExceededError`` if it never left.
+      the call may have reached the server, a plain ``DeadlineExceededError`` if it never left (a
+      call still waiting for a free connection never left).
     """
 
     def __init__(
@@ -382,8 +395,14 @@ class AsyncClient:
         max_line_bytes: int = MAX_LINE_BYTES,
         call_timeout: float | None = None,
         request_timeout: float | None = None,
+        connections: int | None = DEFAULT_CONNECTIONS,
     ) -> None:
         self.base_url = server_url(base_url)
+        if transport is not None and connections != DEFAULT_CONNECTIONS:
+            raise ValueError(
+                "connections= bounds the default transport; with transport= bound that transport instead "
+                "(AiohttpTransport(connections=...)), or leave transport= out"
+            )
         default_headers = {"User-Agent": USER_AGENT}
         api_key = api_key if api_key is not None else os.environ.get("ORS_API_KEY")
         if api_key:
@@ -401,7 +420,7 @@ class AsyncClient:
         )
         self._extensions = {"timeout": self._timeout.as_dict()}
         self._urls: dict[str, tuple[httpx2.URL, str]] = {}  # path -> its URL, and the URL as text
-        self._transport = transport if transport is not None else AiohttpTransport()
+        self._transport = transport if transport is not None else AiohttpTransport(connections)
         self._http = httpx2.AsyncClient(
             headers=default_headers,
             timeout=self._timeout,
@@ -579,6 +598,7 @@ class AsyncClient:
         context: dict[str, Any] = {"session_id": session_id, "request": request}
         started = time.monotonic_ns()
         limit = asyncio.timeout(self.request_timeout)
+        request.extensions[QUEUED] = self._in_line(limit, progress)
         try:
             async with limit:
                 # straight to the transport: no redirects, auth, cookies or hooks to run (httpx2's send
@@ -627,6 +647,20 @@ class AsyncClient:
         if tap is not None:
             tap.response(response.status_code, response.headers, ttfb_ns, None if stream else response.content)
         return response, tap
+
+    def _in_line(self, limit: asyncio.Timeout, progress: _CallProgress | None) -> Callable[[bool], None]:
+        """What the transport calls when the request waits for a free connection (True) and when it has one
+        (False): ``request_timeout`` stops while it waits, and starts again from its full length; a /call
+        waiting has not left."""
+        deadline = self.request_timeout
+
+        def queued(waiting: bool) -> None:
+            loop = asyncio.get_running_loop()
+            limit.reschedule(None if waiting or deadline is None else loop.time() + deadline)
+            if progress is not None:
+                progress.maybe_ran = not waiting
+
+        return queued
 
     def _error(self, response: httpx2.Response, session_id: str | None, task_id: str | None = None) -> ServerError:
         detail = _detail(response)
@@ -684,8 +718,8 @@ class AsyncClient:
                 **context,
             )
         return DeadlineExceededError(
-            f"{name!r} could not be sent within call_timeout={timeout:g} s (the server kept asking to wait); "
-            "the tool did not run",
+            f"{name!r} could not be sent within call_timeout={timeout:g} s (it waited for a free connection, "
+            "or the server kept asking to wait); the tool did not run",
             **context,
         )
 
