@@ -49,6 +49,7 @@ elif str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.client import run_batch, run_worker  # noqa: E402
+from tests.sockets import connections_to, socket_inodes  # noqa: E402  (the tests' socket counting)
 
 SIZES = (10, 2_000, 10_000)
 CLIENT_FD_LIMIT = 1024
@@ -69,38 +70,17 @@ FIGURES = (
 # Counting sockets
 
 
-def socket_inodes(pid: int | str = "self") -> set[str]:
-    """The inodes of a process's sockets, from its ``/proc/PID/fd``."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:  # closed meanwhile
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    return inodes
-
-
-def connections_to(port: int) -> int:
-    """This process's TCP sockets to ``port`` (its socket fds found in ``/proc/net/tcp``)."""
-    mine = socket_inodes()
-    count = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[9] in mine and int(fields[2].rsplit(":", 1)[1], 16) == port:
-            count += 1
-    return count
-
-
 class Sampler(threading.Thread):
-    """Samples the client's fds, its connections to the server and the server's sockets; keeps the peaks."""
+    """Samples the client's fds, its connections to the server and the server's sockets; keeps the peaks,
+    and the peak of client connections in each ``phase`` (opening, holding, closing)."""
 
     def __init__(self, port: int, server_pid: int) -> None:
         super().__init__(daemon=True)
         self.port, self.server_pid = port, server_pid
         self.server_base = len(socket_inodes(server_pid))  # its listening socket (and nothing else yet)
         self.fds = self.connections = self.server = 0
+        self.phase = "opening"
+        self.by_phase: dict[str, int] = {}
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -109,7 +89,9 @@ class Sampler(threading.Thread):
 
     def sample(self) -> None:
         self.fds = max(self.fds, len(os.listdir("/proc/self/fd")))
-        self.connections = max(self.connections, connections_to(self.port))
+        connections, phase = connections_to(self.port), self.phase
+        self.connections = max(self.connections, connections)
+        self.by_phase[phase] = max(self.by_phase.get(phase, 0), connections)
         self.server = max(self.server, len(socket_inodes(self.server_pid)) - self.server_base)
 
 
@@ -122,7 +104,7 @@ def _rss() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-async def hold_sessions(url: str, sessions: int, connections: int | None) -> dict[str, Any]:
+async def hold_sessions(url: str, sessions: int, connections: int | None, sampler: Sampler) -> dict[str, Any]:
     """Open ``sessions`` at once, leave them to their pings for ``WINDOW`` s, close them; the row's figures."""
     import ors_lab
 
@@ -134,11 +116,15 @@ async def hold_sessions(url: str, sessions: int, connections: int | None) -> dic
         started = time.perf_counter()
         failed = [r for r in await asyncio.gather(*(s.open() for s in opened), return_exceptions=True) if r is not None]
         open_s = time.perf_counter() - started
+        sampler.phase = "holding"
         pings0, cpu0 = sum(s.pings for s in opened), time.thread_time()
         await asyncio.sleep(WINDOW)
         pings, cpu = sum(s.pings for s in opened) - pings0, time.thread_time() - cpu0
         rss1 = _rss()
-        closed = [r for r in await asyncio.gather(*(s.close() for s in opened), return_exceptions=True) if r is not None]
+        sampler.phase = "closing"
+        closed = [
+            r for r in await asyncio.gather(*(s.close() for s in opened), return_exceptions=True) if r is not None
+        ]
     return {
         "sessions": sessions,
         "connections": connections,
@@ -158,17 +144,18 @@ def sessions_worker(args: argparse.Namespace) -> dict[str, Any]:
     sampler = Sampler(args.port, args.server_pid)
     sampler.start()
     connections = None if args.connections == "none" else int(args.connections)
-    row = asyncio.run(hold_sessions(args.url, args.sessions, connections))
+    row = asyncio.run(hold_sessions(args.url, args.sessions, connections, sampler))
     sampler.stopped.set()
     sampler.join()
     return row | {
         "client_fds_peak": sampler.fds,
         "client_connections_peak": sampler.connections,
         "server_connections_peak": sampler.server,
+        "client_connections_by_phase": sampler.by_phase,
     }
 
 
-def measure(sizes: tuple[int, ...] = SIZES, connections: int | None | str = "default") -> list[dict[str, Any]]:
+def measure(sizes: tuple[int, ...] = SIZES, connections: int | str | None = "default") -> list[dict[str, Any]]:
     """One row per size: a fresh server, and a client under ``ulimit -n 1024`` holding that many sessions."""
     from ors_lab.client.transport import DEFAULT_CONNECTIONS
     from ors_lab.demo.launch import serve
@@ -269,8 +256,11 @@ def throughput(rounds: int = THROUGHPUT_ROUNDS) -> dict[int, dict[str, Any]]:
 
 def print_throughput(out: dict[int, dict[str, Any]]) -> bool:
     """The ratio table; True when every batch's episodes were all good."""
-    print("\n| concurrency | episodes/s connections=512 ÷ unbounded: median (min-max over rounds) | "
-          "episodes/s 512 / unbounded (medians) | client CPU ms/ep 512 / unbounded (medians) |\n|---:|---|---|---|")  # fmt: skip
+    print(
+        "\n| concurrency | episodes/s connections=512 ÷ unbounded: median (min-max over rounds) "
+        "| episodes/s 512 / unbounded (medians) | client CPU ms/ep 512 / unbounded (medians) |"
+    )
+    print("|---:|---|---|---|")
     good = True
     for c, cell in out.items():
         ratios = cell["ratios"]
@@ -278,8 +268,9 @@ def print_throughput(out: dict[int, dict[str, Any]]) -> bool:
         eps = {mode: statistics.median(b["eps"] for b in batches) for mode, batches in by.items() if batches}
         cpu = {mode: statistics.median(b["cpu_ms"] for b in batches) for mode, batches in by.items() if batches}
         good = good and not any(b["bad_count"] for b in cell["batches"])
-        print(f"| {c} | {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds) | "
-              f"{eps.get('512', 0):.1f} / {eps.get('none', 0):.1f} | {cpu.get('512', 0):.2f} / {cpu.get('none', 0):.2f} |")  # fmt: skip
+        ratio = f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)"
+        print(f"| {c} | {ratio} | {eps.get('512', 0):.1f} / {eps.get('none', 0):.1f} "
+              f"| {cpu.get('512', 0):.2f} / {cpu.get('none', 0):.2f} |")  # fmt: skip
     return good
 
 
@@ -310,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.throughput:
         print(f"ors-sdk server, fresh per batch; {args.rounds} rounds; episodes (warm-up, measured): {BATCH}")
         return 0 if print_throughput(throughput(args.rounds)) or not args.check else 1
-    connections: int | None | str = None if args.unbounded else "default"
+    connections: int | str | None = None if args.unbounded else "default"
     print(f"sessions {SIZES}, client under ulimit -n {CLIENT_FD_LIMIT}, connections={connections}, "
           f"pings every {PING_INTERVAL:g} s, window {WINDOW:g} s", flush=True)  # fmt: skip
     rows = measure(connections=connections)

@@ -106,7 +106,9 @@ URL_TEXT = "ors_lab.url"
 SESSION_NOT_FOUND = "Active environment not found"
 DELETE_TIMEOUT = 10.0
 """The most a session's delete takes, its retries included: how long Ctrl-C or a cancel can wait on a
-server that does not answer (a live one answers in milliseconds; deletes of several sessions run at once)."""
+server that does not answer (a live one answers in milliseconds; deletes of several sessions run at once).
+A wait for a free connection comes on top: with more deletes at once than ``connections``, the later
+ones wait for the earlier, rather than give up on a session they never got to delete."""
 DELETE_ATTEMPTS = 3
 EXIT_TIMEOUT = 3.0
 """The most a client closed for its user (left open when its loop ends, dropped, at exit) waits for its deletes."""
@@ -521,6 +523,7 @@ class AsyncClient:
         extra_headers: Mapping[str, str] | None = None,
         parse: Callable[[Any], Any] | None = None,
         expect: str = "a JSON body",
+        pause: asyncio.Timeout | None = None,
     ) -> Any:
         """Send one JSON request with the retry rules; return its JSON body, through ``parse`` if given.
 
@@ -534,7 +537,7 @@ class AsyncClient:
             request = self._request(method, path, body, session_id)
             if extra_headers:
                 request.headers.update(extra_headers)
-            sent = await self._send(events, request, session_id, attempt)
+            sent = await self._send(events, request, session_id, attempt, pause=pause)
             if sent is None:
                 continue
             response, _ = sent
@@ -578,6 +581,7 @@ class AsyncClient:
         stream: bool = False,
         call: int | None = None,
         progress: _CallProgress | None = None,
+        pause: asyncio.Timeout | None = None,
     ) -> tuple[httpx2.Response, ExchangeTap | None] | None:
         """Send; on a failure before sending, wait and return None (the caller tries again).
 
@@ -585,7 +589,8 @@ class AsyncClient:
         before returning, unless ``stream`` and the answer is a 200 event stream. Raises
         ``ConnectionFailedError`` when the network fails (``before_sending`` once the tries for a
         failure before sending are spent), ``DeadlineExceededError`` past ``request_timeout`` and
-        ``MalformedResponseError`` for a body that cannot be decoded.
+        ``MalformedResponseError`` for a body that cannot be decoded. ``request_timeout``, and the
+        caller's ``pause`` if given, stop while the request waits for a free connection (``QUEUED``).
         """
         __tracebackhide__ = True
         loop = asyncio.get_running_loop()
@@ -598,7 +603,7 @@ class AsyncClient:
         context: dict[str, Any] = {"session_id": session_id, "request": request}
         started = time.monotonic_ns()
         limit = asyncio.timeout(self.request_timeout)
-        request.extensions[QUEUED] = self._in_line(limit, progress)
+        request.extensions[QUEUED] = self._in_line([limit] if pause is None else [limit, pause], progress)
         try:
             async with limit:
                 # straight to the transport: no redirects, auth, cookies or hooks to run (httpx2's send
@@ -648,15 +653,22 @@ class AsyncClient:
             tap.response(response.status_code, response.headers, ttfb_ns, None if stream else response.content)
         return response, tap
 
-    def _in_line(self, limit: asyncio.Timeout, progress: _CallProgress | None) -> Callable[[bool], None]:
+    @staticmethod
+    def _in_line(timeouts: list[asyncio.Timeout], progress: _CallProgress | None) -> Callable[[bool], None]:
         """What the transport calls when the request waits for a free connection (True) and when it has one
-        (False): ``request_timeout`` stops while it waits, and starts again from its full length; a /call
-        waiting has not left."""
-        deadline = self.request_timeout
+        (False): the ``timeouts`` stop while it waits, then go on from where they stopped; a /call waiting
+        has not left."""
+        left: list[float | None] = []
 
         def queued(waiting: bool) -> None:
-            loop = asyncio.get_running_loop()
-            limit.reschedule(None if waiting or deadline is None else loop.time() + deadline)
+            now = asyncio.get_running_loop().time()
+            if waiting:
+                left[:] = [None if (when := limit.when()) is None else when - now for limit in timeouts]
+                for limit in timeouts:
+                    limit.reschedule(None)
+            else:
+                for limit, rest in zip(timeouts, left, strict=True):
+                    limit.reschedule(None if rest is None else now + rest)
             if progress is not None:
                 progress.maybe_ran = not waiting
 
@@ -1333,11 +1345,11 @@ class AsyncSession:
     async def close(self) -> None:
         """Stop the pings and delete the session on the server (safe to call twice).
 
-        The delete is tried up to ``DELETE_ATTEMPTS`` times within ``DELETE_TIMEOUT`` seconds, and
-        a cancel (Ctrl-C) cannot cut it short: the cancelled caller waits for it, then gets its
-        ``CancelledError``. The ``close`` event says whether the server confirmed it (``ok``); a
-        delete that still failed raises its error (``OutcomeUnknownError`` when the server never
-        answered in time).
+        The delete is tried up to ``DELETE_ATTEMPTS`` times within ``DELETE_TIMEOUT`` seconds (not
+        counting a wait for a free connection, when all are in use), and a cancel (Ctrl-C) cannot cut
+        it short: the cancelled caller waits for it, then gets its ``CancelledError``. The ``close``
+        event says whether the server confirmed it (``ok``); a delete that still failed raises its
+        error (``OutcomeUnknownError`` when the server never answered in time).
         """
         __tracebackhide__ = True
         await self._close(DELETE_TIMEOUT)
@@ -1368,10 +1380,10 @@ class AsyncSession:
         __tracebackhide__ = True
         error: Exception | None = None
         try:
-            async with asyncio.timeout(bound):
+            async with asyncio.timeout(bound) as limit:
                 for attempt in range(1, DELETE_ATTEMPTS + 1):
                     try:
-                        await self._json("POST", "/delete")
+                        await self._json("POST", "/delete", pause=limit)  # not counting a wait for a connection
                     except SessionNotFoundError:
                         error = None  # the server no longer holds it: nothing left to delete
                     except Exception as exc:  # any failure: try again, then report it

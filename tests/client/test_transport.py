@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -23,24 +22,7 @@ from ors_lab.client import AiohttpTransport
 from ors_lab.client.transport import DEFAULT_CONNECTIONS
 from ors_lab.demo.launch import ServerProcess
 from tests.conftest import REPO_ROOT
-
-
-def connections_to(port: int) -> int:
-    """This process's TCP sockets to ``port``: its socket fds (``/proc/self/fd``) found in ``/proc/net/tcp``."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # closed meanwhile
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    count = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[9] in inodes and int(fields[2].rsplit(":", 1)[1], 16) == port:
-            count += 1
-    return count
+from tests.sockets import connections_to
 
 
 class PeakConnections:
@@ -84,7 +66,9 @@ async def _busy_sessions(client: ol.AsyncClient, sessions: int) -> list[ol.Async
 
 
 @pytest.mark.parametrize("connections", [4, None], ids=["connections=4", "unbounded"])
-async def test_many_sessions_share_the_bounded_connections(reference_server: ServerProcess, connections: int | None) -> None:
+async def test_many_sessions_share_the_bounded_connections(
+    reference_server: ServerProcess, connections: int | None
+) -> None:
     """60 sessions opened, called and pinged at once over connections=4: no error, never more than 4 sockets
     to the server (unbounded, the same work opens many more)."""
     async with ol.AsyncClient(reference_server.url, connections=connections, ping_interval=0.05) as client:
