@@ -81,6 +81,7 @@ class Sampler(threading.Thread):
         self.fds = self.connections = self.server = 0
         self.phase = "opening"
         self.by_phase: dict[str, int] = {}
+        self.missed = 0
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -88,6 +89,12 @@ class Sampler(threading.Thread):
             self.sample()
 
     def sample(self) -> None:
+        try:
+            self._sample()
+        except OSError:  # out of file descriptors (unbounded connections): no sample this time
+            self.missed += 1
+
+    def _sample(self) -> None:
         self.fds = max(self.fds, len(os.listdir("/proc/self/fd")))
         connections, phase = connections_to(self.port), self.phase
         self.connections = max(self.connections, connections)
@@ -99,9 +106,11 @@ class Sampler(threading.Thread):
 # The sessions worker (a fresh interpreter under ulimit -n 1024)
 
 
+STATM = open("/proc/self/statm")  # noqa: SIM115  (opened once: reading it must not need a free fd)
+
+
 def _rss() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return int(os.pread(STATM.fileno(), 200, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 async def hold_sessions(url: str, sessions: int, connections: int | None, sampler: Sampler) -> dict[str, Any]:
@@ -130,6 +139,7 @@ async def hold_sessions(url: str, sessions: int, connections: int | None, sample
         "connections": connections,
         "open_errors": len(failed),
         "first_error": repr(failed[0])[:300] if failed else None,
+        "first_close_error": repr(closed[0])[:300] if closed else None,
         "open_s": open_s,
         "pings_per_session": pings / sessions,
         "rss_kb_per_session": (rss1 - rss0) / 1024 / sessions,
@@ -152,6 +162,7 @@ def sessions_worker(args: argparse.Namespace) -> dict[str, Any]:
         "client_connections_peak": sampler.connections,
         "server_connections_peak": sampler.server,
         "client_connections_by_phase": sampler.by_phase,
+        "samples_missed": sampler.missed,
     }
 
 
@@ -231,12 +242,13 @@ def throughput_worker(args: argparse.Namespace) -> dict[str, Any]:
     return asyncio.run(go())
 
 
-def throughput(rounds: int = THROUGHPUT_ROUNDS) -> dict[int, dict[str, Any]]:
-    """Per concurrency: the per-round ratios default ÷ unbounded (episodes/s), and the batches."""
+def throughput(rounds: int = THROUGHPUT_ROUNDS, bound: int | None = None) -> dict[int, dict[str, Any]]:
+    """Per concurrency: the per-round ratios ``bound`` (default: the client's default) ÷ unbounded
+    (episodes/s), and the batches."""
     from ors_lab.client.transport import DEFAULT_CONNECTIONS
     from ors_lab.demo.launch import serve
 
-    modes = (str(DEFAULT_CONNECTIONS), "none")
+    modes = (str(bound or DEFAULT_CONNECTIONS), "none")
     out: dict[int, dict[str, Any]] = {c: {"ratios": [], "batches": []} for c in LEVELS}
     for round_number in range(rounds):
         for c in LEVELS:
@@ -246,7 +258,9 @@ def throughput(rounds: int = THROUGHPUT_ROUNDS) -> dict[int, dict[str, Any]]:
                     r = run_worker(str(Path(__file__).resolve()), "--throughput-worker", "--url", server.url,
                                    "--concurrency", str(c), "--connections", mode)  # fmt: skip
                 eps[mode] = r["eps"]
-                out[c]["batches"].append(r | {"connections": mode, "round": round_number + 1})
+                out[c]["batches"].append(
+                    r | {"connections": mode, "bounded": mode != "none", "round": round_number + 1}
+                )
                 print(f"  round {round_number + 1} c={c:<3} connections={mode:<4} {r['eps']:7.1f} episodes/s "
                       f"{r['cpu_ms']:5.2f} client CPU ms/ep" + (f"  BAD {r['bad_count']}" if r["bad_count"] else ""),
                       flush=True)  # fmt: skip
@@ -256,21 +270,23 @@ def throughput(rounds: int = THROUGHPUT_ROUNDS) -> dict[int, dict[str, Any]]:
 
 def print_throughput(out: dict[int, dict[str, Any]]) -> bool:
     """The ratio table; True when every batch's episodes were all good."""
+    bound = next(b["connections"] for cell in out.values() for b in cell["batches"] if b["bounded"])
     print(
-        "\n| concurrency | episodes/s connections=512 ÷ unbounded: median (min-max over rounds) "
-        "| episodes/s 512 / unbounded (medians) | client CPU ms/ep 512 / unbounded (medians) |"
+        f"\n| concurrency | episodes/s connections={bound} ÷ unbounded: median (min-max over rounds) "
+        f"| episodes/s {bound} / unbounded (medians) | client CPU ms/ep {bound} / unbounded (medians) |"
     )
     print("|---:|---|---|---|")
     good = True
     for c, cell in out.items():
         ratios = cell["ratios"]
-        by = {mode: [b for b in cell["batches"] if b["connections"] == mode] for mode in ("512", "none")}
-        eps = {mode: statistics.median(b["eps"] for b in batches) for mode, batches in by.items() if batches}
-        cpu = {mode: statistics.median(b["cpu_ms"] for b in batches) for mode, batches in by.items() if batches}
+        eps, cpu = {}, {}
+        for bounded in (True, False):
+            batches = [b for b in cell["batches"] if b["bounded"] is bounded]
+            eps[bounded] = statistics.median(b["eps"] for b in batches)
+            cpu[bounded] = statistics.median(b["cpu_ms"] for b in batches)
         good = good and not any(b["bad_count"] for b in cell["batches"])
         ratio = f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)"
-        print(f"| {c} | {ratio} | {eps.get('512', 0):.1f} / {eps.get('none', 0):.1f} "
-              f"| {cpu.get('512', 0):.2f} / {cpu.get('none', 0):.2f} |")  # fmt: skip
+        print(f"| {c} | {ratio} | {eps[True]:.1f} / {eps[False]:.1f} | {cpu[True]:.2f} / {cpu[False]:.2f} |")
     return good
 
 
@@ -282,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unbounded", action="store_true", help="hold the sessions with connections=None")
     parser.add_argument("--throughput", action="store_true", help="episodes/s, connections=512 vs None")
     parser.add_argument("--rounds", type=int, default=THROUGHPUT_ROUNDS)
+    parser.add_argument("--bound", type=int, help="--throughput: the bound to compare (default: the client's)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a size had an error")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--throughput-worker", action="store_true", help=argparse.SUPPRESS)
@@ -300,15 +317,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.throughput:
         print(f"ors-sdk server, fresh per batch; {args.rounds} rounds; episodes (warm-up, measured): {BATCH}")
-        return 0 if print_throughput(throughput(args.rounds)) or not args.check else 1
+        return 0 if print_throughput(throughput(args.rounds, args.bound)) or not args.check else 1
     connections: int | str | None = None if args.unbounded else "default"
     print(f"sessions {SIZES}, client under ulimit -n {CLIENT_FD_LIMIT}, connections={connections}, "
           f"pings every {PING_INTERVAL:g} s, window {WINDOW:g} s", flush=True)  # fmt: skip
     rows = measure(connections=connections)
     print(sessions_table(rows))
     for row in rows:
-        if row["first_error"]:
-            print(f"  {row['sessions']:,} sessions, first error: {row['first_error']}")
+        print(
+            f"  {row['sessions']:,} sessions: client connections at most {row['client_connections_by_phase']} "
+            f"by phase; {row['samples_missed']} samples missed (no free fd)"
+        )
+        for kind in ("first_error", "first_close_error"):
+            if row[kind]:
+                print(f"  {row['sessions']:,} sessions, {kind.replace('_', ' ')}: {row[kind]}")
     errors = sum(row["open_errors"] + row["close_errors"] for row in rows)
     return 1 if args.check and errors else 0
 
