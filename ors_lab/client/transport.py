@@ -75,7 +75,14 @@ class _AiohttpStream(httpx2.AsyncByteStream):
         self._response.release()
         slots, self._slots = self._slots, None
         if slots is not None:
-            slots.release()
+            _free(slots)
+
+
+def _free(slots: asyncio.Semaphore) -> None:
+    """Give a place in line back on the loop's next turn, once aiohttp is done with the connection it held
+    (pooled, or its socket closed): handed over at once, the next request could open a connection beside
+    one still on its way back (2,000 sessions closed at once over connections=64 reached 98 sockets)."""
+    asyncio.get_running_loop().call_soon(slots.release)
 
 
 class AiohttpTransport(httpx2.AsyncBaseTransport):
@@ -161,7 +168,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from exc
         finally:
             if slots is not None and response is None:
-                slots.release()
+                _free(slots)
         return httpx2.Response(
             response.status,
             headers=[(key, value) for key, value in response.raw_headers],
