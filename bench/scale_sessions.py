@@ -10,7 +10,9 @@ and episodes/s with the client's bounded connections against unbounded ones.
 fresh ors-sdk server (``bench/quiz_env.py``) in its own process, with this process's high fd limit,
 and a client in a fresh interpreter (``--worker``) that first lowers its own ``RLIMIT_NOFILE`` to
 1024. The client opens the sessions all at once (timed), then leaves them to their keep-alive
-pings (every ``PING_INTERVAL`` s, the client's default) for a fixed ``WINDOW``, then closes them.
+pings (every ``PING_INTERVAL`` s, the client's default) for a fixed ``WINDOW``, then closes them,
+64 at a time as its own ``aclose`` does (each delete has 10 s once sent; 10,000 at once would ask
+the server for more than it deletes in 10 s on a loaded machine).
 A thread samples, every 20 ms, the client's file descriptors, its sockets to the server
 (``/proc/net/tcp``) and the server's sockets (``/proc/PID/fd``, its listening socket left out).
 Each row: sessions, open errors (any failed open, ping shortfall aside), pings per session in the
@@ -116,6 +118,7 @@ def _rss() -> int:
 async def hold_sessions(url: str, sessions: int, connections: int | None, sampler: Sampler) -> dict[str, Any]:
     """Open ``sessions`` at once, leave them to their pings for ``WINDOW`` s, close them; the row's figures."""
     import ors_lab
+    from ors_lab.client.aclient import CLOSING_DELETES
 
     async with ors_lab.AsyncClient(url, connections=connections, ping_interval=PING_INTERVAL) as client:
         await client.health()
@@ -131,9 +134,13 @@ async def hold_sessions(url: str, sessions: int, connections: int | None, sample
         pings, cpu = sum(s.pings for s in opened) - pings0, time.thread_time() - cpu0
         rss1 = _rss()
         sampler.phase = "closing"
-        closed = [
-            r for r in await asyncio.gather(*(s.close() for s in opened), return_exceptions=True) if r is not None
-        ]
+        turns = asyncio.Semaphore(CLOSING_DELETES)  # as the client's own close: so many deletes at once
+
+        async def close(session: ors_lab.AsyncSession) -> None:
+            async with turns:
+                await session.close()
+
+        closed = [r for r in await asyncio.gather(*(close(s) for s in opened), return_exceptions=True) if r is not None]
     return {
         "sessions": sessions,
         "connections": connections,
