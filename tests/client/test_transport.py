@@ -84,8 +84,8 @@ async def test_many_sessions_share_the_bounded_connections(
 
 
 async def test_a_request_waits_for_a_connection_whatever_its_timeouts(ors_sdk_server: ServerProcess) -> None:
-    """With connections=2 held by two 1 s tool calls, a prompt and a ping wait about 1 s for one, and succeed:
-    the 0.1 s connect timeout and the 0.3 s request_timeout do not count the wait."""
+    """With connections=2 held by two 1 s tool calls, a prompt, a ping and a call wait about 1 s for one, and
+    succeed: the 0.1 s connect timeout and the 0.3 s request_timeout do not count the wait."""
     timeout = httpx2.Timeout(10.0, connect=0.1)
     async with ol.AsyncClient(ors_sdk_server.url, connections=2, timeout=timeout, request_timeout=0.3) as client:
         lab = client.environment("lab")
@@ -96,10 +96,10 @@ async def test_a_request_waits_for_a_connection_whatever_its_timeouts(ors_sdk_se
         calls = [asyncio.create_task(session.call("slow", {"seconds": 1.0})) for session in slow]
         await asyncio.sleep(0.2)  # both streams hold their connection now
         started = time.monotonic()
-        prompt, _ = await asyncio.gather(waiting.prompt(), waiting.ping())
+        prompt, _, step = await asyncio.gather(waiting.prompt(), waiting.ping(), waiting.call("step", {"value": 1}))
         waited = time.monotonic() - started
         assert [result.text for result in await asyncio.gather(*calls)] == ["slept", "slept"]
-        assert prompt and waiting.pings == 1
+        assert prompt and waiting.pings == 1 and step.ok and step.reward == 0.1
         assert waited > 0.6  # it did wait for a stream to end
 
 
@@ -135,6 +135,8 @@ def test_connections_are_checked_and_belong_to_the_default_transport(ors_sdk_ser
         with pytest.raises(ValueError, match="bound that transport instead"):
             ol.AsyncClient(ors_sdk_server.url, transport=AiohttpTransport(), connections=connections)
     assert ol.AsyncClient(ors_sdk_server.url)._transport.connections == DEFAULT_CONNECTIONS  # type: ignore[attr-defined]
+    with ol.Client(ors_sdk_server.url, connections=3) as client:  # the sync twin passes it on
+        assert client.aio._transport.connections == 3  # type: ignore[attr-defined]
 
 
 FD_LIMIT = 256
