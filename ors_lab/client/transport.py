@@ -19,7 +19,7 @@ The line is this transport's own, outside aiohttp (whose pool stays unbounded): 
 wait for a pooled connection in its connect timeout, which would fail a request that only waited.
 Here the connect timeout bounds resolving and connecting alone, and a request that has to wait
 says so through its ``QUEUED`` extension, if it has one: the client stops the clock of its own
-deadlines (``request_timeout``) while the request waits.
+deadlines (``request_timeout``, a session delete's 10 s) while the request waits.
 """
 
 from __future__ import annotations
