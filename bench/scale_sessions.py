@@ -20,7 +20,8 @@ window, time to open, RSS per session (after the window, over before the opens),
 thread's CPU per ping (the window's CPU over its pings; the sampler's CPU is its own thread's, not
 counted), the peaks of client fds, client connections and server connections, close errors.
 ``growth(rows)`` gives each figure's law from the two largest sizes: the exponent k of
-figure ~ sessions**k, read as constant (k < 0.3), sublinear, linear (0.7-1.3) or worse.
+figure ~ sessions**k, read as falling (k < -0.3), constant (|k| < 0.3), sublinear, linear (0.7-1.3)
+or worse.
 
 **Throughput** (``--throughput``): our client's quiz episode (``bench/client.py``'s) at
 concurrency 32 and 512, with ``connections`` at its default and ``None``, in turns within each
@@ -108,11 +109,9 @@ class Sampler(threading.Thread):
 # The sessions worker (a fresh interpreter under ulimit -n 1024)
 
 
-STATM = open("/proc/self/statm")  # noqa: SIM115  (opened once: reading it must not need a free fd)
-
-
-def _rss() -> int:
-    return int(os.pread(STATM.fileno(), 200, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def _rss(statm: int) -> int:
+    """Resident bytes, from ``/proc/self/statm`` opened beforehand (reading it then needs no free fd)."""
+    return int(os.pread(statm, 200, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 async def hold_sessions(url: str, sessions: int, connections: int | None, sampler: Sampler) -> dict[str, Any]:
@@ -124,7 +123,8 @@ async def hold_sessions(url: str, sessions: int, connections: int | None, sample
         await client.health()
         env = client.environment(ENV_NAME)
         opened = [env.session(split="test", index=i % 6, view=False) for i in range(sessions)]
-        rss0 = _rss()
+        statm = os.open("/proc/self/statm", os.O_RDONLY)
+        rss0 = _rss(statm)
         started = time.perf_counter()
         failed = [r for r in await asyncio.gather(*(s.open() for s in opened), return_exceptions=True) if r is not None]
         open_s = time.perf_counter() - started
@@ -132,7 +132,8 @@ async def hold_sessions(url: str, sessions: int, connections: int | None, sample
         pings0, cpu0 = sum(s.pings for s in opened), time.thread_time()
         await asyncio.sleep(WINDOW)
         pings, cpu = sum(s.pings for s in opened) - pings0, time.thread_time() - cpu0
-        rss1 = _rss()
+        rss1 = _rss(statm)
+        os.close(statm)
         sampler.phase = "closing"
         turns = asyncio.Semaphore(CLOSING_DELETES)  # as the client's own close: so many deletes at once
 
@@ -207,7 +208,8 @@ def growth(rows: list[dict[str, Any]]) -> dict[str, str]:
             laws[figure] = "constant (0)" if a == b == 0 else "?"
         else:
             k = math.log(b / a) / math.log(large["sessions"] / small["sessions"])
-            law = "constant" if k < 0.3 else "sublinear" if k < 0.7 else "linear" if k <= 1.3 else "worse"
+            law = "falling" if k < -0.3 else "constant" if k < 0.3 else "sublinear" if k < 0.7 else "linear"
+            law = law if k <= 1.3 else "worse"
             laws[figure] = f"{law} (k={k:.2f})"
     return laws
 
