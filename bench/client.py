@@ -102,10 +102,11 @@ def _check_prompt(text: str, index: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _ours(url: str, recorder: Any = None) -> AsyncIterator[Episode]:
+async def _ours(url: str, recorder: Any = None, **options: Any) -> AsyncIterator[Episode]:
+    """Our client's episode; ``options`` go to ``AsyncClient`` (``connections=`` in ``bench/scale_sessions.py``)."""
     import ors_lab
 
-    async with ors_lab.AsyncClient(url, recorder=recorder) as client:
+    async with ors_lab.AsyncClient(url, recorder=recorder, **options) as client:
         env = client.environment(ENV_NAME)
 
         async def episode(i: int) -> None:

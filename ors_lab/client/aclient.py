@@ -6,8 +6,9 @@ id made here), keeps itself alive with ``POST /ping`` every 10 s for its whole l
 deleted when it closes, whatever ends it. ``call()`` returns a ``ToolResult``; ``ok=False`` is
 data, and infrastructure failures are the typed errors of ``ors_lab.protocol.errors``.
 
-Two seams: ``transport=`` (any ``httpx2.AsyncBaseTransport``; the default sends through aiohttp)
-and ``events``, the client's ``EventStream``: every request, response, network chunk, SSE event,
+Two seams: ``transport=`` (any ``httpx2.AsyncBaseTransport``; the default sends through aiohttp, at
+most ``connections=`` connections to the server at once: ``ors_lab.client.transport``) and
+``events``, the client's ``EventStream``: every request, response, network chunk, SSE event,
 comment, retry and session step is published on it, in order, as a typed event
 (``ors_lab.events``). ``recorder=`` subscribes a ``Recorder`` (or any subscriber) to it. An
 environment or session can be given a stream of its own (``client.environment(name, events=...)``,
@@ -48,7 +49,7 @@ import httpx2
 from ors_lab.client.policy import BEFORE_SENDING, RETRY_STATUSES, RetryPolicy, is_starting, outcome_unknown
 from ors_lab.client.shielding import outlast_cancel
 from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream, unreachable
-from ors_lab.client.transport import AiohttpTransport
+from ors_lab.client.transport import DEFAULT_CONNECTIONS, QUEUED, AiohttpTransport
 from ors_lab.client.url import server_url
 from ors_lab.events import (
     CallErrorEvent,
@@ -105,7 +106,9 @@ URL_TEXT = "ors_lab.url"
 SESSION_NOT_FOUND = "Active environment not found"
 DELETE_TIMEOUT = 10.0
 """The most a session's delete takes, its retries included: how long Ctrl-C or a cancel can wait on a
-server that does not answer (a live one answers in milliseconds; deletes of several sessions run at once)."""
+server that does not answer (a live one answers in milliseconds; deletes of several sessions run at once).
+A wait for a free connection comes on top: with more deletes at once than ``connections``, the later
+ones wait for the earlier, rather than give up on a session they never got to delete."""
 DELETE_ATTEMPTS = 3
 EXIT_TIMEOUT = 3.0
 """The most a client closed for its user (left open when its loop ends, dropped, at exit) waits for its deletes."""
@@ -348,6 +351,15 @@ class AsyncClient:
     (as ``asyncio.run`` ends it), when it is dropped, or at interpreter exit: its open sessions are
     deleted (``EXIT_TIMEOUT`` seconds at most) and its connections closed.
 
+    ``connections`` bounds the connections to the server (``DEFAULT_CONNECTIONS``, 512; None: no
+    bound), and so the file descriptors the client holds: idle sessions share them (a ping holds one
+    for its few milliseconds), a request holds one until its answer ends, a /call stream while it
+    streams. A request finding all of them in use waits for the next one free, however long; that
+    wait counts in no timeout but ``call_timeout``. So with ``connections=N``, N tools running at once
+    (N /call streams) make the N+1th request, a ping too, wait until one of them ends: raise it to run
+    more at once, e.g. ``AsyncClient(url, connections=2048)`` (keep it below ``ulimit -n``). The bound
+    belongs to the default transport; with ``transport=``, bound that transport (or not) instead.
+
     ``max_result_bytes`` bounds one /call result (the UTF-8 size of its JSON; default 256 MiB) and
     ``max_line_bytes`` one SSE line of a /call stream (default 16 MiB; ORS servers send lines of
     4096 characters). A stream that crosses either raises ``MalformedStreamError``, and is not resumed.
@@ -356,14 +368,17 @@ class AsyncClient:
 
     - ``timeout``: each network step (``DEFAULT_TIMEOUT``: 10 s to connect, 60 s for each read);
       a step that takes longer is a ``ConnectionFailedError`` (a /call's stream is resumed instead).
+      A wait for a free connection is not a step: connecting starts once the request has its place.
     - ``request_timeout``: one whole exchange, from sending a request to the last byte of its answer
       (every exchange but a /call's event stream; each try on its own, the waits between tries are
-      the ``RetryPolicy``'s). Default: the timeout's connect + read (70 s), so an answer trickled a
-      byte at a time cannot hold a request longer. ``DeadlineExceededError``.
+      the ``RetryPolicy``'s; a wait for a free connection is not counted). Default: the timeout's
+      connect + read (70 s), so an answer trickled a byte at a time cannot hold a request longer.
+      ``DeadlineExceededError``.
     - ``call_timeout``: a whole ``call()``, with its tries, its stream and its resumes. Default
       None: no bound, so a tool may run as long as its server keeps the stream alive (pings every
       10 s keep it alive for ever). ``CallDeadlineExceededError`` (an ``OutcomeUnknownError``) once
-      the call may have reached the server, a plain ``DeadlineExceededError`` if it never left.
+      the call may have reached the server, a plain ``DeadlineExceededError`` if it never left (a
+      call still waiting for a free connection never left).
     """
 
     def __init__(
@@ -382,8 +397,14 @@ class AsyncClient:
         max_line_bytes: int = MAX_LINE_BYTES,
         call_timeout: float | None = None,
         request_timeout: float | None = None,
+        connections: int | None = DEFAULT_CONNECTIONS,
     ) -> None:
         self.base_url = server_url(base_url)
+        if transport is not None and connections != DEFAULT_CONNECTIONS:
+            raise ValueError(
+                "connections= bounds the default transport; with transport= bound that transport instead "
+                "(AiohttpTransport(connections=...)), or leave transport= out"
+            )
         default_headers = {"User-Agent": USER_AGENT}
         api_key = api_key if api_key is not None else os.environ.get("ORS_API_KEY")
         if api_key:
@@ -401,7 +422,7 @@ class AsyncClient:
         )
         self._extensions = {"timeout": self._timeout.as_dict()}
         self._urls: dict[str, tuple[httpx2.URL, str]] = {}  # path -> its URL, and the URL as text
-        self._transport = transport if transport is not None else AiohttpTransport()
+        self._transport = transport if transport is not None else AiohttpTransport(connections)
         self._http = httpx2.AsyncClient(
             headers=default_headers,
             timeout=self._timeout,
@@ -502,6 +523,7 @@ class AsyncClient:
         extra_headers: Mapping[str, str] | None = None,
         parse: Callable[[Any], Any] | None = None,
         expect: str = "a JSON body",
+        pause: asyncio.Timeout | None = None,
     ) -> Any:
         """Send one JSON request with the retry rules; return its JSON body, through ``parse`` if given.
 
@@ -515,7 +537,7 @@ class AsyncClient:
             request = self._request(method, path, body, session_id)
             if extra_headers:
                 request.headers.update(extra_headers)
-            sent = await self._send(events, request, session_id, attempt)
+            sent = await self._send(events, request, session_id, attempt, pause=pause)
             if sent is None:
                 continue
             response, _ = sent
@@ -559,6 +581,7 @@ class AsyncClient:
         stream: bool = False,
         call: int | None = None,
         progress: _CallProgress | None = None,
+        pause: asyncio.Timeout | None = None,
     ) -> tuple[httpx2.Response, ExchangeTap | None] | None:
         """Send; on a failure before sending, wait and return None (the caller tries again).
 
@@ -566,7 +589,8 @@ class AsyncClient:
         before returning, unless ``stream`` and the answer is a 200 event stream. Raises
         ``ConnectionFailedError`` when the network fails (``before_sending`` once the tries for a
         failure before sending are spent), ``DeadlineExceededError`` past ``request_timeout`` and
-        ``MalformedResponseError`` for a body that cannot be decoded.
+        ``MalformedResponseError`` for a body that cannot be decoded. ``request_timeout``, and the
+        caller's ``pause`` if given, stop while the request waits for a free connection (``QUEUED``).
         """
         __tracebackhide__ = True
         loop = asyncio.get_running_loop()
@@ -579,6 +603,7 @@ class AsyncClient:
         context: dict[str, Any] = {"session_id": session_id, "request": request}
         started = time.monotonic_ns()
         limit = asyncio.timeout(self.request_timeout)
+        request.extensions[QUEUED] = self._in_line([limit] if pause is None else [limit, pause], progress)
         try:
             async with limit:
                 # straight to the transport: no redirects, auth, cookies or hooks to run (httpx2's send
@@ -627,6 +652,27 @@ class AsyncClient:
         if tap is not None:
             tap.response(response.status_code, response.headers, ttfb_ns, None if stream else response.content)
         return response, tap
+
+    @staticmethod
+    def _in_line(timeouts: list[asyncio.Timeout], progress: _CallProgress | None) -> Callable[[bool], None]:
+        """What the transport calls when the request waits for a free connection (True) and when it has one
+        (False): the ``timeouts`` stop while it waits, then go on from where they stopped; a /call waiting
+        has not left."""
+        left: list[float | None] = []
+
+        def queued(waiting: bool) -> None:
+            now = asyncio.get_running_loop().time()
+            if waiting:
+                left[:] = [None if (when := limit.when()) is None else when - now for limit in timeouts]
+                for limit in timeouts:
+                    limit.reschedule(None)
+            else:
+                for limit, rest in zip(timeouts, left, strict=True):
+                    limit.reschedule(None if rest is None else now + rest)
+            if progress is not None:
+                progress.maybe_ran = not waiting
+
+        return queued
 
     def _error(self, response: httpx2.Response, session_id: str | None, task_id: str | None = None) -> ServerError:
         detail = _detail(response)
@@ -684,8 +730,8 @@ class AsyncClient:
                 **context,
             )
         return DeadlineExceededError(
-            f"{name!r} could not be sent within call_timeout={timeout:g} s (the server kept asking to wait); "
-            "the tool did not run",
+            f"{name!r} could not be sent within call_timeout={timeout:g} s (it waited for a free connection, "
+            "or the server kept asking to wait); the tool did not run",
             **context,
         )
 
@@ -1299,11 +1345,11 @@ class AsyncSession:
     async def close(self) -> None:
         """Stop the pings and delete the session on the server (safe to call twice).
 
-        The delete is tried up to ``DELETE_ATTEMPTS`` times within ``DELETE_TIMEOUT`` seconds, and
-        a cancel (Ctrl-C) cannot cut it short: the cancelled caller waits for it, then gets its
-        ``CancelledError``. The ``close`` event says whether the server confirmed it (``ok``); a
-        delete that still failed raises its error (``OutcomeUnknownError`` when the server never
-        answered in time).
+        The delete is tried up to ``DELETE_ATTEMPTS`` times within ``DELETE_TIMEOUT`` seconds (not
+        counting a wait for a free connection, when all are in use), and a cancel (Ctrl-C) cannot cut
+        it short: the cancelled caller waits for it, then gets its ``CancelledError``. The ``close``
+        event says whether the server confirmed it (``ok``); a delete that still failed raises its
+        error (``OutcomeUnknownError`` when the server never answered in time).
         """
         __tracebackhide__ = True
         await self._close(DELETE_TIMEOUT)
@@ -1334,10 +1380,10 @@ class AsyncSession:
         __tracebackhide__ = True
         error: Exception | None = None
         try:
-            async with asyncio.timeout(bound):
+            async with asyncio.timeout(bound) as limit:
                 for attempt in range(1, DELETE_ATTEMPTS + 1):
                     try:
-                        await self._json("POST", "/delete")
+                        await self._json("POST", "/delete", pause=limit)  # not counting a wait for a connection
                     except SessionNotFoundError:
                         error = None  # the server no longer holds it: nothing left to delete
                     except Exception as exc:  # any failure: try again, then report it

@@ -30,6 +30,7 @@ from ors_lab.client.aclient import (
 )
 from ors_lab.client.policy import RetryPolicy
 from ors_lab.client.runner import Runner
+from ors_lab.client.transport import DEFAULT_CONNECTIONS
 from ors_lab.client.url import server_url
 from ors_lab.events import EventStream, Subscriber
 from ors_lab.protocol.call import MAX_RESULT_BYTES
@@ -46,7 +47,8 @@ class Client:
     """An ORS server, from synchronous code (scripts and notebooks): ``Client(url)``.
 
     Takes the same arguments as ``AsyncClient`` (``timeout``, ``request_timeout`` and ``call_timeout``
-    bound a network step, an exchange and a whole ``call()``: see there); ``client.aio`` is the async
+    bound a network step, an exchange and a whole ``call()``; ``connections`` the connections to the
+    server, 512 by default, which N tools running at once all hold: see there); ``client.aio`` is the async
     client underneath, and ``client.events`` its event stream. It raises the same typed errors.
 
     ``with`` (or ``close()``) closes it. One left open closes itself once nothing refers to it (nor to
@@ -70,6 +72,7 @@ class Client:
         max_line_bytes: int = MAX_LINE_BYTES,
         call_timeout: float | None = None,
         request_timeout: float | None = None,
+        connections: int | None = DEFAULT_CONNECTIONS,
     ) -> None:
         server_url(base_url)  # a URL without http:// fails here, before a loop thread is started for it
         self._runner = Runner()
@@ -87,6 +90,7 @@ class Client:
             max_line_bytes=max_line_bytes,
             call_timeout=call_timeout,
             request_timeout=request_timeout,
+            connections=connections,
         )
         self.base_url = self.aio.base_url
         self.events = self.aio.events

@@ -11,7 +11,11 @@ How a run goes:
   caller's ``subscribe=`` are its subscribers. The caller's client and environment are never
   changed: two evaluations on one client at once each record into their own trace.
 - The pairs (task index, rollout) are worked through by ``concurrency`` workers, each holding at
-  most one session, so never more than ``concurrency`` sessions are open.
+  most one session, so never more than ``concurrency`` sessions are open. Their requests share the
+  client's connections (``AsyncClient(connections=...)``, 512 by default; the run leaves that bound
+  as it is, so the client's file descriptors stay below it): a worker has at most one request in
+  flight, so with ``concurrency`` above the bound, tool calls beyond it at once wait for a free
+  connection. Raise the client's ``connections`` when its tools run long.
 - An episode: ``start`` event; open the session (split and index); read the prompt and the tools;
   ``agent.run(episode)``; close the session; ``finish`` event; the episode's token ``usage`` if its
   agent reported any; one ``episode`` event holding its outcome. The client retries

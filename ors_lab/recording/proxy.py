@@ -128,8 +128,10 @@ class RecordingProxy:
 
     def _client(self) -> httpx2.AsyncClient:
         if self._http is None:
-            self._http = httpx2.AsyncClient(
-                transport=AiohttpTransport(), timeout=httpx2.Timeout(None, connect=10.0), follow_redirects=False
+            self._http = httpx2.AsyncClient(  # unbounded: it forwards what its clients send, bounded by their own
+                transport=AiohttpTransport(connections=None),
+                timeout=httpx2.Timeout(None, connect=10.0),
+                follow_redirects=False,
             )
         return self._http
 
