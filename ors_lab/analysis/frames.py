@@ -28,8 +28,9 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,14 +38,17 @@ import pyarrow.json as pa_json
 
 from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k, reduce_reward, stderr
 from ors_lab.notebook.turns import STREAM_KINDS, join_stream, output_text
+from ors_lab.recording.parts import select_rows
 
 __all__ = [
     "CALLS_COLUMNS",
     "EPISODES_COLUMNS",
     "ERRORS_COLUMNS",
     "FRAMES",
+    "Rows",
     "SESSIONS_COLUMNS",
     "STEPS_COLUMNS",
+    "Source",
     "SUMMARY_COLUMNS",
     "TASKS_COLUMNS",
     "TRANSCRIPTS_COLUMNS",
@@ -250,94 +254,110 @@ def _missing(value: Any) -> bool:
     return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and value != value)
 
 
-def _rows(table: pa.Table, kinds: Sequence[str], columns: Sequence[str], *, agent: bool | None = None) -> pd.DataFrame:
-    """The rows of ``kinds`` (of the agent layer, or not of it, or both), with ``columns`` only."""
-    mask = pc.is_in(table["kind"], value_set=pa.array(list(kinds), pa.string()))
+class Rows(Protocol):
+    """Where a frame's rows come from besides an Arrow table: a ``Trace``, whose ``select`` reads only
+    the columns (and row groups) asked for from the file."""
+
+    def select(self, columns: Sequence[str], *, kinds: Sequence[str] | None = None) -> pa.Table: ...
+
+
+Source = pa.Table | Rows
+"""A trace's rows: a table in memory (an evaluation's), or a ``Trace`` read where it lies."""
+
+
+def _select(source: Source, columns: Sequence[str], kinds: Sequence[str] | None = None,
+            *, agent: bool | None = None) -> pa.Table:  # fmt: skip
+    """The rows of ``kinds`` (all when None; of the agent layer, or not of it, or both) with ``columns``."""
+    read = list(columns) if agent is None or "layer" in columns else [*columns, "layer"]
+    table = select_rows(source, read, kinds) if isinstance(source, pa.Table) else source.select(read, kinds=kinds)
     if agent is not None:
         layer = pc.equal(table["layer"], "agent")
-        mask = pc.and_(mask, layer if agent else pc.invert(layer))
-    frame: pd.DataFrame = table.filter(mask).select(list(columns)).to_pandas(types_mapper=pd.ArrowDtype)
-    return frame
+        table = table.filter(layer if agent else pc.invert(layer))
+    return table.select(list(columns))
 
 
-def events_frame(table: pa.Table) -> pd.DataFrame:
-    """Every event, every schema column."""
+def _pandas(table: pa.Table) -> pd.DataFrame:
     frame: pd.DataFrame = table.to_pandas(types_mapper=pd.ArrowDtype)
     return frame
 
 
+def _numbered(table: pa.Table) -> pa.Table:
+    """The table with ``_row``: each row's place in it (what "first" and "last" are taken by)."""
+    return table.append_column("_row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+
+
+def _ends(table: pa.Table, keys: list[str], last: bool = True) -> pa.Table:
+    """The last (or first) row of each group of ``keys``, in the order of those rows in ``table``."""
+    which = "max" if last else "min"
+    places = pa.table({**{key: table[key] for key in keys}, "_at": np.arange(table.num_rows, dtype=np.int64)})
+    picked = places.group_by(keys, use_threads=False).aggregate([("_at", which)])[f"_at_{which}"]
+    return table.take(np.sort(picked.to_numpy()))
+
+
+def events_frame(table: pa.Table) -> pd.DataFrame:
+    """Every event, every schema column."""
+    return _pandas(table)
+
+
 # -- calls and sessions: the wire's view ---------------------------------------------------------------
 
+_CALL_ROWS = ["session_id", "call", "layer", "kind", "t_ns", "wall", "attempt", "ttfb_ns", "size", "environment",
+              "split", "task_index", "tool", "input", "task_id", "ok", "reward", "finished", "error", "reason"]  # fmt: skip
+_FIRST = ("environment", "split", "task_index", "tool", "input")
+_END = ("task_id", "ok", "reward", "finished", "error", "reason")
 
-def calls_frame(table: pa.Table) -> pd.DataFrame:
-    """One row per tool call, keyed by (session_id, call): the ORS rows that carry a call number."""
-    mask = pc.and_(pc.is_valid(table["call"]), pc.not_equal(table["layer"], "agent"))
+
+def calls_frame(source: Source, *, outputs: bool = True) -> pd.DataFrame:
+    """One row per tool call, keyed by (session_id, call): the ORS rows that carry a call number, grouped
+    by Arrow. ``outputs=False`` leaves the output out (and the stream rows it is read from unread)."""
     keys = ["session_id", "call"]
-    frame = (
-        table.filter(mask)
-        .select(
-            [
-                *keys,
-                "kind",
-                "t_ns",
-                "wall",
-                "attempt",
-                "ttfb_ns",
-                "size",
-                "environment",
-                "split",
-                "task_index",
-                "tool",
-                "input",
-                "task_id",
-                "ok",
-                "reward",
-                "finished",
-                "error",
-                "reason",
-                "event",
-                "data",
-            ]
-        )
-        .to_pandas(types_mapper=pd.ArrowDtype)
-    )
-    if frame.empty:
+    rows = _select(source, [*_CALL_ROWS, *(["event", "data"] if outputs else [])])
+    rows = _numbered(rows.filter(pc.and_(pc.and_(pc.is_valid(rows["call"]), pc.is_valid(rows["session_id"])),
+                                         pc.not_equal(rows["layer"], "agent"))))  # fmt: skip
+    if not rows.num_rows:
         return _typed(pd.DataFrame(), CALLS_COLUMNS)
-    kind = frame["kind"]
-    by = [frame[k] for k in keys]
-    grouped = frame.groupby(keys, sort=False)
-    base = grouped.agg(
-        environment=("environment", "first"),
-        split=("split", "first"),
-        task_index=("task_index", "first"),
-        tool=("tool", "first"),
-        input=("input", "first"),
-        start_ns=("t_ns", "min"),
-        started=("wall", "min"),
-        attempts=("attempt", "max"),
+    kind = rows["kind"]
+    counted = rows.select([*keys, "_row"]).append_column(
+        "chunks", pc.cast(pc.equal(kind, "chunk"), pa.int64())
+    ).append_column("pings", pc.cast(pc.equal(kind, "comment"), pa.int64())).append_column(
+        "bytes", pc.fill_null(pc.if_else(pc.equal(kind, "chunk"), rows["size"], 0), 0)
+    ).append_column("t_ns", rows["t_ns"]).append_column("wall", rows["wall"]).append_column("attempt", rows["attempt"])
+    for name in _FIRST:
+        counted = counted.append_column(name, rows[name])
+    base = counted.group_by(keys, use_threads=False).aggregate(
+        [("_row", "min"), ("t_ns", "min"), ("wall", "min"), ("attempt", "max"), ("chunks", "sum"), ("pings", "sum"),
+         ("bytes", "sum"), *((name, "first") for name in _FIRST)]  # fmt: skip
     )
-    base["chunks"] = (kind == "chunk").groupby(by, sort=False).sum()
-    base["pings"] = (kind == "comment").groupby(by, sort=False).sum()
-    base["bytes"] = frame["size"].where(kind == "chunk").groupby(by, sort=False).sum()
-    base["ttfb_ms"] = frame[kind == "response"].groupby(keys, sort=False)["ttfb_ns"].first() / 1e6
-    ends = frame[kind.isin(["result", "call_error"])].drop_duplicates(keys, keep="last").set_index(keys)
-    for name in ("task_id", "ok", "reward", "finished", "error", "reason"):
-        base[name] = ends[name]
-    base["outcome"] = ends["kind"]
-    base["duration_ms"] = (ends["t_ns"] - base["start_ns"]) / 1e6
-    base["output"] = _outputs(frame, keys)
-    return _typed(base.reset_index(), CALLS_COLUMNS)
+    base = base.take(pc.sort_indices(base["_row_min"]))  # the calls in the order they began
+    names = {"t_ns_min": "start_ns", "wall_min": "started", "attempt_max": "attempts", "chunks_sum": "chunks",
+             "pings_sum": "pings", "bytes_sum": "bytes", **{f"{name}_first": name for name in _FIRST}}  # fmt: skip
+    frame = _pandas(base.drop_columns(["_row_min"])).rename(columns=names).set_index(keys)
+    responses = rows.filter(pc.equal(kind, "response")).select([*keys, "ttfb_ns"])
+    ttfb = responses.group_by(keys, use_threads=False).aggregate([("ttfb_ns", "first")])
+    frame["ttfb_ms"] = _pandas(ttfb).set_index(keys)["ttfb_ns_first"] / 1e6
+    ends = _pandas(_ends(rows.filter(pc.is_in(kind, value_set=pa.array(["result", "call_error"]))), keys))
+    ends = ends.set_index(keys)
+    for name in _END:
+        frame[name] = ends[name]
+    frame["outcome"] = ends["kind"]
+    frame["duration_ms"] = (ends["t_ns"] - frame["start_ns"]) / 1e6
+    if outputs:
+        frame["output"] = _outputs(rows, keys)
+    return _typed(frame.reset_index(), CALLS_COLUMNS)
 
 
-def _outputs(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
+def _outputs(rows: pa.Table, keys: list[str]) -> pd.Series:
     """Each call's output as text: the ``chunk`` and ``end`` events of its last stream joined (the
     result's JSON), read by ``output_text``; null for a failed result or a stream that never ended."""
-    events = frame[(frame["kind"] == "event") & frame["event"].isin(["chunk", "end"])]
-    if events.empty:
+    wanted = pc.and_(pc.equal(rows["kind"], "event"), pc.is_in(rows["event"], value_set=pa.array(["chunk", "end"])))
+    events = rows.filter(pc.and_(pc.fill_null(wanted, False), pc.is_valid(rows["attempt"])))
+    if not events.num_rows:
         return pd.Series([], dtype="object")
-    data = events["data"].fillna("")
-    payloads = data.groupby([events[k] for k in [*keys, "attempt"]], sort=False).agg("".join)
-    last = payloads.reset_index().drop_duplicates(keys, keep="last").set_index(keys)["data"]
+    events = events.set_column(events.schema.get_field_index("data"), "data", pc.fill_null(events["data"], ""))
+    streams = events.group_by([*keys, "attempt"], use_threads=False).aggregate([("data", "list"), ("_row", "min")])
+    streams = streams.take(pc.sort_indices(streams["_row_min"]))  # the streams in the order they began
+    payloads = streams.select(keys).append_column("payload", pc.binary_join(streams["data_list"], pa.scalar("", pa.large_string())))
+    last = _pandas(_ends(payloads, keys).select([*keys, "payload"])).set_index(keys)["payload"]
     return last.map(lambda payload: output_text(_json(payload)))
 
 
@@ -348,52 +368,62 @@ def _json(text: str) -> Any:
         return None
 
 
-def sessions_frame(table: pa.Table) -> pd.DataFrame:
+def sessions_frame(source: Source) -> pd.DataFrame:
     """One row per session that opened."""
     columns = ["session_id", "kind", "wall", "environment", "split", "task_index", "task", "ok"]
-    rows = _rows(table, ["open", "close", "ping", "result", "call_error"], columns, agent=False)
-    opened = rows[rows["kind"] == "open"].drop_duplicates("session_id").set_index("session_id")
-    if opened.empty:
-        return _typed(pd.DataFrame(), SESSIONS_COLUMNS)
+    rows = _select(source, columns, ["open", "close", "ping", "result", "call_error"], agent=False)
+    rows = rows.filter(pc.is_valid(rows["session_id"]))
     kind = rows["kind"]
-    counts = {
-        name: (kind.isin(kinds)).groupby(rows["session_id"], sort=False).sum()
-        for name, kinds in (("calls", ["result", "call_error"]), ("errors", ["call_error"]), ("pings", ["ping"]))
-    }
-    confirmed = (kind == "close") & ~rows["ok"].eq(False).fillna(False)  # ok false: its delete failed
-    closed = rows[confirmed].groupby("session_id", sort=False)["wall"].last()
-    frame = opened[["environment", "split", "task_index", "task"]].copy()
-    frame["opened"] = opened["wall"]
-    frame["closed"] = closed
+    opened = _ends(rows.filter(pc.equal(kind, "open")), ["session_id"], last=False)
+    if not opened.num_rows:
+        return _typed(pd.DataFrame(), SESSIONS_COLUMNS)
+    flags = {"calls": pc.is_in(kind, value_set=pa.array(["result", "call_error"])), "errors": pc.equal(kind, "call_error"),
+             "pings": pc.equal(kind, "ping")}  # fmt: skip
+    counted = pa.table({"session_id": rows["session_id"], **{k: pc.cast(v, pa.int64()) for k, v in flags.items()}})
+    counts = _pandas(counted.group_by("session_id").aggregate([(name, "sum") for name in flags])).set_index("session_id")
+    confirmed = pc.and_(pc.equal(kind, "close"), pc.invert(pc.fill_null(pc.equal(rows["ok"], False), False)))  # ok false: its delete failed
+    closed = _pandas(_ends(rows.filter(confirmed), ["session_id"]).select(["session_id", "wall"])).set_index("session_id")
+    frame = _pandas(opened.select(["session_id", "environment", "split", "task_index", "task", "wall"]))
+    frame = frame.rename(columns={"wall": "opened"}).set_index("session_id")
+    frame["closed"] = closed["wall"]
     frame["duration_s"] = (frame["closed"] - frame["opened"]).dt.total_seconds()
-    for name, series in counts.items():
-        frame[name] = series.reindex(frame.index, fill_value=0)
+    for name in flags:
+        frame[name] = counts[f"{name}_sum"].reindex(frame.index, fill_value=0)
     return _typed(frame.reset_index(), SESSIONS_COLUMNS)
 
 
 # -- steps, episodes, tasks: the run's view ------------------------------------------------------------
 
 
-def _rollouts(table: pa.Table) -> pd.Series:
+def _rollouts(source: Source) -> pd.Series:
     """session_id -> rollout, from the evaluation's ``start`` and ``episode`` rows."""
-    rows = _rows(table, ["start", "episode"], ["session_id", "rollout"], agent=True)
-    rows = rows[rows["rollout"].notna()]
-    return rows.drop_duplicates("session_id", keep="last").set_index("session_id")["rollout"]
+    rows = _select(source, ["session_id", "rollout"], ["start", "episode"], agent=True)
+    rows = rows.filter(pc.is_valid(rows["rollout"]))
+    return _pandas(_ends(rows, ["session_id"]).select(["session_id", "rollout"])).set_index("session_id")["rollout"]
 
 
-def steps_frame(table: pa.Table, calls: pd.DataFrame | None = None) -> pd.DataFrame:
+def steps_frame(source: Source, calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """Calls that returned a result, numbered 1, 2, ... within their session, with their rollout, in
     (environment, split, task, rollout) order, as the episodes."""
-    calls = calls_frame(table) if calls is None else calls
+    calls = calls_frame(source, outputs=False) if calls is None else calls
     steps = calls[calls["outcome"] == "result"].copy()
-    first = {sid: n for n, sid in enumerate(dict.fromkeys(steps["session_id"]))}  # sessions in the order they began
-    steps["order"] = steps["session_id"].map(first)
-    steps["rollout"] = steps["session_id"].map(_rollouts(table)).astype("object")
+    steps["order"] = pd.factorize(steps["session_id"])[0]  # sessions in the order they began
+    steps["rollout"] = steps["session_id"].map(_rollouts(source)).astype("object")
     steps = _typed(steps, {**STEPS_COLUMNS, "order": _I64})
     steps = steps.sort_values(["environment", "split", "task_index", "rollout", "order", "call"], kind="stable",
                               na_position="last")  # fmt: skip
     steps["step"] = steps.groupby("order", sort=False).cumcount() + 1
     return _typed(steps.drop(columns="order").reset_index(drop=True), STEPS_COLUMNS)
+
+
+def _step_counts(source: Source) -> pd.Series:
+    """session_id -> its steps (calls whose last ``result`` or ``call_error`` row is a result), from those rows alone."""
+    keys = ["session_id", "call"]
+    rows = _select(source, [*keys, "kind"], ["result", "call_error"], agent=False)
+    ends = _ends(rows.filter(pc.and_(pc.is_valid(rows["call"]), pc.is_valid(rows["session_id"]))), keys)
+    steps = ends.filter(pc.equal(ends["kind"], "result"))
+    counts = steps.group_by("session_id").aggregate([("call", "count")])
+    return _pandas(counts).set_index("session_id")["call_count"]
 
 
 _OUTCOME = pa.schema(
@@ -410,22 +440,31 @@ _OUTCOME = pa.schema(
 """What an ``episode`` row's data (the episode's record, JSON) adds to its typed columns."""
 
 
-def _outcomes(table: pa.Table) -> pd.DataFrame:
+def _outcomes(source: Source) -> pd.DataFrame:
     """The last ``episode`` row of each session: its typed columns, and what its record adds."""
-    columns = ["seq", "session_id", "environment", "split", "task_index", "rollout", "reward", "finished", "error",
-               "data", *TOKENS]  # fmt: skip
-    rows = table.filter(pc.and_(pc.equal(table["kind"], "episode"), pc.equal(table["layer"], "agent")))
-    rows = rows.select(columns)
-    if rows.num_rows:
-        text = "\n".join(rows["data"].to_pylist()).encode()
-        options = pa_json.ParseOptions(explicit_schema=_OUTCOME, unexpected_field_behavior="ignore")
-        record = pa_json.read_json(io.BytesIO(text), parse_options=options)
-        for name in _OUTCOME.names:
-            rows = rows.append_column(name, record[name])
-    else:
-        rows = rows.append_column("_", pa.nulls(0))
-    frame: pd.DataFrame = rows.drop_columns(["data"]).to_pandas(types_mapper=pd.ArrowDtype)
-    return frame.drop_duplicates("session_id", keep="last").set_index("session_id")
+    columns = ["session_id", "environment", "split", "task_index", "rollout", "reward", "finished", "error", "data",
+               *TOKENS]  # fmt: skip
+    rows = _ends(_select(source, columns, ["episode"], agent=True), ["session_id"])
+    records = [_records_of(batch.column(batch.schema.get_field_index("data"))) for batch in rows.to_batches(100_000)]
+    record = pa.concat_tables(records) if records else _OUTCOME.empty_table()
+    for name in _OUTCOME.names:
+        rows = rows.append_column(name, record[name])
+    return _pandas(rows.drop_columns(["data"])).set_index("session_id")
+
+
+def _records_of(data: pa.Array) -> pa.Table:
+    """The episode records (JSON, one a row) of ``data`` read by Arrow's JSON reader, ``_OUTCOME``'s fields."""
+    if data.null_count:
+        raise ValueError("an episode row has no record in its data")
+    lines = pc.binary_join_element_wise(data.cast(pa.large_string()), pa.scalar("", pa.large_string()),
+                                        pa.scalar("\n", pa.large_string()))
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
+    text = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
+    options = pa_json.ParseOptions(explicit_schema=_OUTCOME, unexpected_field_behavior="ignore")
+    record = pa_json.read_json(pa.BufferReader(text), parse_options=options)
+    if record.num_rows != len(data):
+        raise ValueError(f"{len(data)} episode rows hold {record.num_rows} records")
+    return record.select(_OUTCOME.names)
 
 
 class _Step(NamedTuple):
@@ -440,7 +479,7 @@ class _Step(NamedTuple):
 
 
 def episodes_frame(
-    table: pa.Table,
+    source: Source,
     *,
     reward: Reduction = "sum",
     success_threshold: float = 1.0,
@@ -450,23 +489,22 @@ def episodes_frame(
     """One row per episode, in (environment, split, task, rollout) order; see the module docstring.
 
     ``reward`` and ``success_threshold`` reduce the sessions no evaluation ran (an evaluation's
-    episodes keep the reward and success it recorded).
+    episodes keep the reward and success it recorded). An evaluation's episodes need no steps frame:
+    their steps are counted from the ``result`` and ``call_error`` rows alone.
     """
     check_reduction(reward)
-    steps = steps_frame(table) if steps is None else steps
-    sessions = sessions_frame(table) if sessions is None else sessions
-    outcomes = _outcomes(table)
+    sessions = sessions_frame(source) if sessions is None else sessions
+    outcomes = _outcomes(source)
     opened = sessions.set_index("session_id")
-    ids = list(dict.fromkeys([*opened.index, *outcomes.index]))
-    if not ids:
+    index = opened.index.append(outcomes.index).unique().rename("session_id")
+    if not len(index):
         return _typed(pd.DataFrame(), EPISODES_COLUMNS)
-    index = pd.Index(ids, name="session_id")
-    by_session = steps.groupby("session_id", sort=False)
+    counts = _step_counts(source) if steps is None else steps.groupby("session_id", sort=False).size()
     frame = pd.DataFrame(
         {
             **{name: opened[name].reindex(index) for name in ("environment", "split", "task_index", "task")},
             "errors": opened["errors"].reindex(index).fillna(0),
-            "steps": by_session.size().reindex(index, fill_value=0),
+            "steps": counts.reindex(index, fill_value=0),
             "order": range(len(index)),
         },
         index=index,
@@ -474,22 +512,29 @@ def episodes_frame(
     recorded = index.isin(outcomes.index)
     parts = []
     if (~recorded).any():  # sessions no evaluation ran: their steps reduced here
-        bare = frame[~recorded].copy()
-        wanted = set(bare.index)
-        reduced = {sid: reduce_reward(_steps(group), reward) for sid, group in by_session if sid in wanted}
-        values = [reduced.get(sid) or reduce_reward([], reward) for sid in bare.index]
-        bare["total_reward"], bare["final_reward"], bare["reward"] = (list(c) for c in zip(*values, strict=True))
-        bare["success"] = [value >= success_threshold for _, _, value in values]
-        bare["finished"] = by_session["finished"].any().reindex(bare.index, fill_value=False)
-        bare["rollout"] = _rollouts(table).reindex(bare.index)
-        bare["started"] = opened["opened"].reindex(bare.index)
-        bare["duration_s"] = opened["duration_s"].reindex(bare.index)
-        parts.append(bare)
+        steps = steps_frame(source) if steps is None else steps
+        parts.append(_reduced(frame[~recorded].copy(), steps, opened, _rollouts(source), reward, success_threshold))
     if recorded.any():  # an evaluation's episodes: what its episode row recorded
         parts.append(_recorded_outcomes(frame[recorded], outcomes, (
             "rollout", "reward", "total_reward", "final_reward", "finished", "success", "finish_reason", "duration_s",
             "error", "error_type", *TOKENS)))  # fmt: skip
     return _in_order([_typed(part.reset_index(), {**EPISODES_COLUMNS, "order": _I64}) for part in parts])
+
+
+def _reduced(bare: pd.DataFrame, steps: pd.DataFrame, opened: pd.DataFrame, rollouts: pd.Series, reward: Reduction,
+             success_threshold: float) -> pd.DataFrame:  # fmt: skip
+    """Sessions no evaluation ran, their steps reduced (``reduce_reward``: a reduction may be any function)."""
+    wanted = set(bare.index)
+    by_session = steps[steps["session_id"].isin(wanted)].groupby("session_id", sort=False)
+    reduced = {sid: reduce_reward(_steps(group), reward) for sid, group in by_session}
+    values = [reduced.get(sid) or reduce_reward([], reward) for sid in bare.index]
+    bare["total_reward"], bare["final_reward"], bare["reward"] = (list(c) for c in zip(*values, strict=True))
+    bare["success"] = [value >= success_threshold for _, _, value in values]
+    bare["finished"] = by_session["finished"].any().reindex(bare.index, fill_value=False)
+    bare["rollout"] = rollouts.reindex(bare.index)
+    bare["started"] = opened["opened"].reindex(bare.index)
+    bare["duration_s"] = opened["duration_s"].reindex(bare.index)
+    return bare
 
 
 def _recorded_outcomes(frame: pd.DataFrame, outcomes: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
@@ -517,38 +562,38 @@ def _steps(group: pd.DataFrame) -> list[_Step]:
     return [_Step._make(None if _missing(value) else value for value in values) for values in rows]
 
 
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{str(name): value for name, value in row.items()} for row in frame.to_dict("records")]
+_TASK_KEYS = ["environment", "split", "task_index", "task"]
 
 
-def _tasks(episodes: pd.DataFrame) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
-    keys = ["environment", "split", "task_index", "task"]
-    by_task: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for row in _records(episodes):
-        key = tuple(None if _missing(row[k]) else row[k] for k in keys)
-        by_task.setdefault(key, []).append(row)
-    return by_task
-
-
-def _aggregate(episodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean reward, its standard error, success, finished, steps, errors and tokens of some episodes."""
-    n = len(episodes)
-    rewards = [float(e["reward"]) for e in episodes]
-    tokens = {
-        name: sum(int(e[name]) for e in episodes if not _missing(e[name]))
-        if any(not _missing(e[name]) for e in episodes) else None
-        for name in TOKENS
-    }  # fmt: skip
-    return {
-        "episodes": n,
-        "mean_reward": mean(rewards),
-        "stderr": stderr(rewards),
-        "success_rate": sum(bool(e["success"]) for e in episodes) / n if n else None,
-        "finished_rate": sum(bool(e["finished"]) for e in episodes) / n if n else None,
-        "mean_steps": sum(int(e["steps"]) for e in episodes) / n if n else None,
-        "errors": sum(not _missing(e["error"]) for e in episodes),
-        **tokens,
-    }
+def _aggregates(episodes: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Per group of ``keys`` (in the order the groups first appear; all the episodes one group when there
+    are no keys), grouped by Arrow: episodes, mean reward and its standard error (exact sums, over
+    each group's rewards), success, finished, steps, errors, tokens, and ``_successes``."""
+    names = list(dict.fromkeys([*keys, "reward", "success", "finished", "steps", "error", *TOKENS]))
+    table = pa.table({name: _arrow(episodes[name], EPISODES_COLUMNS[name]) for name in names})
+    table = _numbered(table.append_column("_all", pa.array(np.zeros(len(episodes), dtype=np.int8))))
+    for name in ("success", "finished"):
+        table = table.append_column(f"_{name}", pc.cast(pc.fill_null(table[name], False), pa.int64()))
+    grouped = table.group_by(list(keys) or ["_all"], use_threads=False).aggregate(
+        [("_row", "min"), ("reward", "list"), ("reward", "count", pc.CountOptions("all")), ("_success", "sum"),
+         ("_finished", "sum"), ("steps", "sum"), ("error", "count"), *((name, "sum") for name in TOKENS)]  # fmt: skip
+    )
+    grouped = grouped.take(pc.sort_indices(grouped["_row_min"]))
+    n = grouped["reward_count"].to_numpy()
+    rewards = grouped["reward_list"].to_pylist()
+    out = _pandas(grouped.select(list(keys))) if keys else pd.DataFrame(index=pd.RangeIndex(len(n)))
+    out["episodes"] = n
+    out["mean_reward"] = [mean([float(r) for r in values]) for values in rewards]
+    out["stderr"] = [stderr([float(r) for r in values]) for values in rewards]
+    for name in ("success", "finished"):
+        out[f"{name}_rate"] = grouped[f"_{name}_sum"].to_numpy() / n
+    out["mean_steps"] = grouped["steps_sum"].to_numpy(zero_copy_only=False) / n
+    out["errors"] = grouped["error_count"].to_numpy()
+    for name in TOKENS:
+        out[name] = pd.Series(grouped[f"{name}_sum"].to_numpy(zero_copy_only=False), dtype="object").where(
+            grouped[f"{name}_sum"].is_valid().to_numpy(zero_copy_only=False), None)  # fmt: skip
+    out["_successes"] = grouped["_success_sum"].to_numpy()
+    return out
 
 
 def default_ks(episodes: pd.DataFrame) -> list[int]:
@@ -564,12 +609,11 @@ def default_ks(episodes: pd.DataFrame) -> list[int]:
 def tasks_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> pd.DataFrame:
     """One row per task (environment, split, task index or spec): its episodes aggregated, and pass@k."""
     ks = default_ks(episodes) if ks is None else ks
-    rows = []
-    for (environment, split, index, task), group in _tasks(episodes).items():
-        successes = sum(bool(e["success"]) for e in group)
-        rows.append({"environment": environment, "split": split, "task_index": index, "task": task, **_aggregate(group),
-                     **{f"pass@{k}": pass_at_k(len(group), successes, k) for k in ks}})  # fmt: skip
-    return _typed(pd.DataFrame(rows), {**TASKS_COLUMNS, **pass_columns(ks)})
+    tasks = _aggregates(episodes, _TASK_KEYS)
+    for k in ks:
+        tasks[f"pass@{k}"] = [pass_at_k(int(n), int(c), k) for n, c in zip(tasks["episodes"], tasks["_successes"],
+                                                                             strict=True)]  # fmt: skip
+    return _typed(tasks, {**TASKS_COLUMNS, **pass_columns(ks)})
 
 
 def errors_frame(episodes: pd.DataFrame) -> pd.DataFrame:
@@ -634,10 +678,10 @@ def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Su
     ks = default_ks(episodes) if ks is None else ks
     tasks = tasks_frame(episodes, ks)
     row: dict[str, Any] = {
-        "environments": ", ".join(dict.fromkeys(episodes["environment"].dropna())),
-        "splits": ", ".join(dict.fromkeys(episodes["split"].dropna())),
+        "environments": ", ".join(map(str, episodes["environment"].dropna().unique())),
+        "splits": ", ".join(map(str, episodes["split"].dropna().unique())),
         "tasks": len(tasks),
-        **_aggregate(_records(episodes)),
+        **_overall(episodes),
     }
     row["error_types"] = error_types(episodes)
     for k in ks:
@@ -646,18 +690,23 @@ def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Su
     return Summary(_typed(pd.DataFrame([row]), {**SUMMARY_COLUMNS, **pass_columns(ks)}))
 
 
+def _overall(episodes: pd.DataFrame) -> dict[str, Any]:
+    """``_aggregates`` of all the episodes in one group (no episodes: none, no mean, no rates)."""
+    if episodes.empty:
+        return {"episodes": 0, "errors": 0}
+    row: dict[str, Any] = _aggregates(episodes, []).drop(columns="_successes").iloc[0].to_dict()
+    return row
+
+
 # -- the agent's own view: transcripts -----------------------------------------------------------------
 
 
-def transcripts_frame(table: pa.Table, episodes: pd.DataFrame | None = None) -> pd.DataFrame:
+def transcripts_frame(source: Source, episodes: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per turn of the agent in each episode: its reasoning, text and tool calls, the deltas
     joined (``ors_lab.notebook.turns``), in the order of ``episodes`` (the listing's when not
     given: the same episodes, in the same order), then by turn."""
-    rows = table.select(["session_id", "layer", "kind", "data"])
-    mask = pc.and_(
-        pc.equal(rows["layer"], "agent"), pc.is_in(rows["kind"], value_set=pa.array(STREAM_KINDS, pa.string()))
-    )
-    rows = rows.filter(pc.and_(pc.and_(mask, pc.is_valid(rows["session_id"])), pc.is_valid(rows["data"])))
+    rows = _select(source, ["session_id", "data"], STREAM_KINDS, agent=True)
+    rows = rows.filter(pc.and_(pc.is_valid(rows["session_id"]), pc.is_valid(rows["data"])))
     items: dict[str, list[Any]] = {}
     for session_id, data in zip(rows["session_id"].to_pylist(), rows["data"].to_pylist(), strict=True):
         item = _json(data)
@@ -666,7 +715,7 @@ def transcripts_frame(table: pa.Table, episodes: pd.DataFrame | None = None) -> 
     if not items:
         return _typed(pd.DataFrame(), TRANSCRIPTS_COLUMNS)
     keys = ["environment", "split", "task_index", "rollout"]
-    episodes = listing_frame(table) if episodes is None else episodes
+    episodes = listing_frame(source) if episodes is None else episodes
     known = episodes.drop_duplicates("session_id").set_index("session_id")[keys]
     where_of = {str(sid): record for sid, record in zip(known.index, known.to_dict("records"), strict=True)}
     order = [sid for sid in dict.fromkeys(episodes["session_id"]) if sid in items]
@@ -688,24 +737,23 @@ def transcripts_frame(table: pa.Table, episodes: pd.DataFrame | None = None) -> 
 # -- the trace viewer's list ---------------------------------------------------------------------------
 
 
-def listing_frame(table: pa.Table) -> pd.DataFrame:
+def listing_frame(source: Source) -> pd.DataFrame:
     """One row per episode (as ``episodes``: the same episodes, in the same order, with the same
     values) with what the trace viewer lists, built from the ``open``, ``close``, ``result``,
     ``call_error``, ``start`` and ``episode`` rows by Arrow alone, without the per-call frames.
 
     A session no evaluation ran takes the sum of its rewards (``episodes``' default reduction)."""
-    kinds = pa.array(["open", "close", "ping", "result", "call_error", "start", "episode"], pa.string())
-    table = table.filter(pc.is_in(table["kind"], value_set=kinds))  # one pass over the trace; the rest is small
-    sessions = sessions_frame(table).set_index("session_id")
-    outcomes = _outcomes(table)
-    ids = list(dict.fromkeys([*sessions.index, *outcomes.index]))
-    if not ids:
+    kinds = ["open", "close", "ping", "result", "call_error", "start", "episode"]
+    if isinstance(source, pa.Table):  # one pass over the table; the rest is small
+        source = source.filter(pc.is_in(source["kind"], value_set=pa.array(kinds, pa.string())))
+    sessions = sessions_frame(source).set_index("session_id")
+    outcomes = _outcomes(source)
+    index = sessions.index.append(outcomes.index).unique().rename("session_id")
+    if not len(index):
         return _typed(pd.DataFrame(), LISTING_COLUMNS)
-    index = pd.Index(ids, dtype="object", name="session_id")
-    results = table.filter(pc.and_(pc.equal(table["kind"], "result"), pc.not_equal(table["layer"], "agent")))
+    results = _select(source, ["session_id", "reward", "finished"], ["result"], agent=False)
     per = (
-        results.select(["session_id", "reward", "finished"])
-        .group_by("session_id")
+        results.group_by("session_id")
         .aggregate([("reward", "sum"), ("reward", "count"), ("finished", "any"), ("session_id", "count")])
         .to_pandas(types_mapper=pd.ArrowDtype)
         .set_index("session_id")
@@ -718,7 +766,7 @@ def listing_frame(table: pa.Table) -> pd.DataFrame:
             "errors": sessions["errors"].reindex(index).fillna(0),
             "reward": per["reward_sum"].where(per["reward_count"] > 0, 0.0),
             "finished": per["finished_any"].fillna(False),
-            "rollout": _rollouts(table).reindex(index),
+            "rollout": _rollouts(source).reindex(index),
             "duration_s": sessions["duration_s"].reindex(index),
             "started": sessions["opened"].reindex(index),
             "error": pd.Series(pd.NA, index=index, dtype=pd.ArrowDtype(_STR)),
@@ -726,9 +774,8 @@ def listing_frame(table: pa.Table) -> pd.DataFrame:
         },
         index=index,
     )
-    ids_array = pa.array(ids, pa.string())
-    recorded = pc.is_in(ids_array, value_set=pa.array(list(outcomes.index), pa.string())).to_numpy(zero_copy_only=False)
-    frame["session_id"] = pd.Series(ids_array, index=index, dtype=pd.ArrowDtype(_STR))
+    recorded = index.isin(outcomes.index)
+    frame["session_id"] = pd.Series(index, index=index, dtype=pd.ArrowDtype(_STR))
     parts = [frame[~recorded]]
     if recorded.any():  # an evaluation's episodes: what its episode row recorded
         listed = ("rollout", "reward", "finished", "duration_s", "error")
@@ -736,13 +783,9 @@ def listing_frame(table: pa.Table) -> pd.DataFrame:
     return _in_order([_typed(part.reset_index(drop=True), {**LISTING_COLUMNS, "order": _I64}) for part in parts])
 
 
-def finished_episodes(table: pa.Table) -> dict[tuple[str, str, int, int], str]:
+def finished_episodes(source: Source) -> dict[tuple[str, str, int, int], str]:
     """The episodes an evaluation finished without an error: (environment, split, task, rollout) -> session id."""
-    rows = table.filter(pc.and_(pc.equal(table["kind"], "episode"), pc.equal(table["layer"], "agent")))
-    rows = rows.filter(pc.fill_null(rows["ok"], False)).select(
-        ["environment", "split", "task_index", "rollout", "session_id"]
-    )
-    return {
-        (row["environment"], row["split"], row["task_index"], row["rollout"]): row["session_id"]
-        for row in rows.to_pylist()
-    }
+    rows = _select(source, ["environment", "split", "task_index", "rollout", "session_id", "ok"], ["episode"], agent=True)
+    rows = rows.filter(pc.fill_null(rows["ok"], False))
+    keys = zip(*(rows[name].to_pylist() for name in ("environment", "split", "task_index", "rollout")), strict=True)
+    return dict(zip(keys, rows["session_id"].to_pylist(), strict=True))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ __all__ = [
     "read_trace_file",
     "remove_stale",
     "reopen",
+    "select_rows",
 ]
 
 PART_GLOB = "part-*"  # part-NNNNNNNNN.arrow, and .parquet: a compacted trace appended to
@@ -110,6 +112,13 @@ def read_checked(path: Path, *, part: bool) -> pa.Table:
         return upgrade(table, metadata[METADATA_SCHEMA_VERSION.decode()])
     except ValueError as exc:
         raise TraceFormatError(f"{path} {exc}" + (f"; {BAD_PART_HINT}" if part else "")) from exc
+
+
+def select_rows(table: pa.Table, columns: Sequence[str], kinds: Sequence[str] | None = None) -> pa.Table:
+    """The rows of ``table`` of ``kinds`` (all when None), with ``columns`` only, in that order."""
+    if kinds is not None:
+        table = table.filter(pc.is_in(table["kind"], value_set=pa.array(list(kinds), pa.string())))
+    return table.select(list(columns))
 
 
 def part_schema(path: Path) -> pa.Schema:
