@@ -27,7 +27,7 @@ import io
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -39,6 +39,7 @@ import pyarrow.json as pa_json
 from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k, reduce_reward, stderr
 from ors_lab.notebook.turns import STREAM_KINDS, join_stream, output_text
 from ors_lab.recording.parts import select_rows
+from ors_lab.recording.schema import SCHEMA
 
 __all__ = [
     "CALLS_COLUMNS",
@@ -235,18 +236,26 @@ def pass_columns(ks: Sequence[int]) -> dict[str, pa.DataType]:
     return {f"pass@{k}": _F64 for k in ks}
 
 
-def _typed(frame: pd.DataFrame, columns: Mapping[str, pa.DataType]) -> pd.DataFrame:
+def _typed(frame: pd.DataFrame | pa.Table, columns: Mapping[str, pa.DataType]) -> pd.DataFrame:
     """The frame with exactly the declared columns, in order, as Arrow-backed dtypes."""
-    out = pd.DataFrame(index=pd.RangeIndex(len(frame)))
-    for name, kind in columns.items():
-        values = frame[name] if name in frame else pd.Series([None] * len(frame), dtype="object")
-        out[name] = pd.Series(_arrow(values, kind), dtype=pd.ArrowDtype(kind))
-    return out
+    return _pandas(_table(frame, columns))
+
+
+def _table(frame: pd.DataFrame | pa.Table, columns: Mapping[str, pa.DataType]) -> pa.Table:
+    """The frame (or table) as an Arrow table of exactly the declared columns, in order (null where it has none)."""
+    n = len(frame)
+    if isinstance(frame, pa.Table):
+        return pa.table({name: frame[name].cast(kind) if name in frame.column_names else pa.nulls(n, kind)
+                         for name, kind in columns.items()})  # fmt: skip
+    return pa.table({name: _arrow(frame[name], kind) if name in frame else pa.nulls(n, kind)
+                     for name, kind in columns.items()})  # fmt: skip
 
 
 def _arrow(values: pd.Series, kind: pa.DataType) -> pa.Array | pa.ChunkedArray:
     if isinstance(values.dtype, pd.ArrowDtype):
         return pa.chunked_array(values.array._pa_array).cast(kind)  # the Arrow data, without a round trip
+    if values.dtype != object:  # numbers, booleans, times of numpy: NaN and NaT are null
+        return pa.Array.from_pandas(values).cast(kind, safe=not pa.types.is_timestamp(kind))  # ns to us: truncated
     return pa.array([None if _missing(value) else value for value in values], type=kind)
 
 
@@ -259,6 +268,8 @@ class Rows(Protocol):
     the columns (and row groups) asked for from the file."""
 
     def select(self, columns: Sequence[str], *, kinds: Sequence[str] | None = None) -> pa.Table: ...
+
+    def scan(self, columns: Sequence[str], *, kinds: Sequence[str] | None = None) -> Iterator[pa.Table]: ...
 
 
 Source = pa.Table | Rows
@@ -274,6 +285,14 @@ def _select(source: Source, columns: Sequence[str], kinds: Sequence[str] | None 
         layer = pc.equal(table["layer"], "agent")
         table = table.filter(layer if agent else pc.invert(layer))
     return table.select(list(columns))
+
+
+def _pieces(source: Source, columns: Sequence[str], kinds: Sequence[str] | None = None) -> Iterator[pa.Table]:
+    """The rows of ``kinds`` with ``columns``, a piece at a time (a trace's few row groups; a table whole)."""
+    if isinstance(source, pa.Table):
+        yield select_rows(source, columns, kinds)
+    else:
+        yield from source.scan(columns, kinds=kinds)
 
 
 def _pandas(table: pa.Table) -> pd.DataFrame:
@@ -370,36 +389,34 @@ def _json(text: str) -> Any:
 
 def sessions_frame(source: Source) -> pd.DataFrame:
     """One row per session that opened."""
-    columns = ["session_id", "kind", "wall", "environment", "split", "task_index", "task", "ok"]
-    rows = _select(source, columns, ["open", "close", "ping", "result", "call_error"], agent=False)
-    rows = rows.filter(pc.is_valid(rows["session_id"]))
-    kind = rows["kind"]
-    opened = _ends(rows.filter(pc.equal(kind, "open")), ["session_id"], last=False)
-    if not opened.num_rows:
-        return _typed(pd.DataFrame(), SESSIONS_COLUMNS)
-    flags = {"calls": pc.is_in(kind, value_set=pa.array(["result", "call_error"])), "errors": pc.equal(kind, "call_error"),
-             "pings": pc.equal(kind, "ping")}  # fmt: skip
-    counted = pa.table({"session_id": rows["session_id"], **{k: pc.cast(v, pa.int64()) for k, v in flags.items()}})
-    counts = _pandas(counted.group_by("session_id").aggregate([(name, "sum") for name in flags])).set_index("session_id")
-    confirmed = pc.and_(pc.equal(kind, "close"), pc.invert(pc.fill_null(pc.equal(rows["ok"], False), False)))  # ok false: its delete failed
-    closed = _pandas(_ends(rows.filter(confirmed), ["session_id"]).select(["session_id", "wall"])).set_index("session_id")
-    frame = _pandas(opened.select(["session_id", "environment", "split", "task_index", "task", "wall"]))
-    frame = frame.rename(columns={"wall": "opened"}).set_index("session_id")
-    frame["closed"] = closed["wall"]
-    frame["duration_s"] = (frame["closed"] - frame["opened"]).dt.total_seconds()
-    for name in flags:
-        frame[name] = counts[f"{name}_sum"].reindex(frame.index, fill_value=0)
-    return _typed(frame.reset_index(), SESSIONS_COLUMNS)
+    return _typed(_pandas(_sessions(_episode_rows(source, outcomes=False))), SESSIONS_COLUMNS)
+
+
+def _sessions(rows: _EpisodeRows) -> pa.Table:
+    """The sessions frame as an Arrow table: each session's first ``open`` row, its confirmed close, its counts."""
+    opened = _ends(rows.opens, ["session_id"], last=False)
+    ids = opened["session_id"]
+    counts = _at(ids, rows.counts.group_by("session_id").aggregate([(name, "sum") for name in _COUNTED]))
+    closed = _at(ids, _ends(rows.closes, ["session_id"]))["wall"]
+    seconds = pc.divide(pc.cast(pc.subtract(closed, opened["wall"]), pa.int64()), 1e6)  # as pandas' total_seconds
+    return _table(pa.table({**{name: opened[name] for name in ("session_id", "environment", "split", "task_index", "task")},
+                            "opened": opened["wall"], "closed": closed, "duration_s": seconds,
+                            **{name: pc.fill_null(counts[f"{name}_sum"], 0) for name in _COUNTED}}),
+                  SESSIONS_COLUMNS)  # fmt: skip
+
+
+def _at(keys: pa.Array | pa.ChunkedArray, table: pa.Table, key: str = "session_id") -> pa.Table:
+    """The rows of ``table`` (whose ``key`` is unique) for each of ``keys``, in their order; null rows for the
+    keys it lacks (a join that keeps the left order, by Arrow's hash lookup)."""
+    return table.take(pc.index_in(keys, value_set=table[key].combine_chunks()))
 
 
 # -- steps, episodes, tasks: the run's view ------------------------------------------------------------
 
 
-def _rollouts(source: Source) -> pd.Series:
-    """session_id -> rollout, from the evaluation's ``start`` and ``episode`` rows."""
-    rows = _select(source, ["session_id", "rollout"], ["start", "episode"], agent=True)
-    rows = rows.filter(pc.is_valid(rows["rollout"]))
-    return _pandas(_ends(rows, ["session_id"]).select(["session_id", "rollout"])).set_index("session_id")["rollout"]
+def _rollouts(rows: _EpisodeRows) -> pa.Table:
+    """session_id -> rollout (a table), from the evaluation's ``start`` and ``episode`` rows: the last given."""
+    return _ends(rows.rollouts, ["session_id"])
 
 
 def steps_frame(source: Source, calls: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -408,7 +425,8 @@ def steps_frame(source: Source, calls: pd.DataFrame | None = None) -> pd.DataFra
     calls = calls_frame(source, outputs=False) if calls is None else calls
     steps = calls[calls["outcome"] == "result"].copy()
     steps["order"] = pd.factorize(steps["session_id"])[0]  # sessions in the order they began
-    steps["rollout"] = steps["session_id"].map(_rollouts(source)).astype("object")
+    rollouts = _pandas(_rollouts(_episode_rows(source, outcomes=False))).set_index("session_id")["rollout"]
+    steps["rollout"] = steps["session_id"].map(rollouts).astype("object")
     steps = _typed(steps, {**STEPS_COLUMNS, "order": _I64})
     steps = steps.sort_values(["environment", "split", "task_index", "rollout", "order", "call"], kind="stable",
                               na_position="last")  # fmt: skip
@@ -416,14 +434,17 @@ def steps_frame(source: Source, calls: pd.DataFrame | None = None) -> pd.DataFra
     return _typed(steps.drop(columns="order").reset_index(drop=True), STEPS_COLUMNS)
 
 
-def _step_counts(source: Source) -> pd.Series:
-    """session_id -> its steps (calls whose last ``result`` or ``call_error`` row is a result), from those rows alone."""
-    keys = ["session_id", "call"]
-    rows = _select(source, [*keys, "kind"], ["result", "call_error"], agent=False)
-    ends = _ends(rows.filter(pc.and_(pc.is_valid(rows["call"]), pc.is_valid(rows["session_id"]))), keys)
-    steps = ends.filter(pc.equal(ends["kind"], "result"))
-    counts = steps.group_by("session_id").aggregate([("call", "count")])
-    return _pandas(counts).set_index("session_id")["call_count"]
+def _step_counts(rows: _EpisodeRows) -> pa.Table:
+    """session_id -> its ``steps`` (calls whose last ``result`` or ``call_error`` row is a result), from those rows alone."""
+    ends = rows.ends.filter(pc.and_(pc.is_valid(rows.ends["call"]), pc.is_valid(rows.ends["session_id"])))
+    ends = _ends(ends, ["session_id", "call"])
+    return _counted(ends.filter(pc.equal(ends["kind"], "result"))["session_id"])
+
+
+def _counted(sessions: pa.ChunkedArray | pa.Array) -> pa.Table:
+    """session_id -> how many times it is in ``sessions`` (``steps``)."""
+    counts = pa.table({"session_id": sessions}).group_by("session_id").aggregate([("session_id", "count")])
+    return pa.table({"session_id": counts["session_id"], "steps": counts["session_id_count"]})
 
 
 _OUTCOME = pa.schema(
@@ -440,16 +461,17 @@ _OUTCOME = pa.schema(
 """What an ``episode`` row's data (the episode's record, JSON) adds to its typed columns."""
 
 
-def _outcomes(source: Source) -> pd.DataFrame:
-    """The last ``episode`` row of each session: its typed columns, and what its record adds."""
-    columns = ["session_id", "environment", "split", "task_index", "rollout", "reward", "finished", "error", "data",
-               *TOKENS]  # fmt: skip
-    rows = _ends(_select(source, columns, ["episode"], agent=True), ["session_id"])
-    records = [_records_of(batch.column(batch.schema.get_field_index("data"))) for batch in rows.to_batches(100_000)]
-    record = pa.concat_tables(records) if records else _OUTCOME.empty_table()
+def _outcomes(rows: _EpisodeRows) -> pa.Table:
+    """The last ``episode`` row of each session (a table): its typed columns, and what its record adds."""
+    return _ends(rows.outcomes, ["session_id"])
+
+
+def _outcome_rows(episodes: pa.Table) -> pa.Table:
+    """``episode`` rows (``_OUTCOME_ROWS``) with their records read (``_OUTCOME``'s fields) in place of ``data``."""
+    record = _records_of(episodes["data"].combine_chunks()) if episodes.num_rows else _OUTCOME.empty_table()
     for name in _OUTCOME.names:
-        rows = rows.append_column(name, record[name])
-    return _pandas(rows.drop_columns(["data"])).set_index("session_id")
+        episodes = episodes.append_column(name, record[name])
+    return episodes.drop_columns(["data"])
 
 
 def _records_of(data: pa.Array) -> pa.Table:
@@ -478,6 +500,82 @@ class _Step(NamedTuple):
     error: str | None
 
 
+_EPISODE_KINDS = ["open", "close", "ping", "result", "call_error", "start", "episode"]
+_OUTCOME_ROWS = ["session_id", "environment", "split", "task_index", "rollout", "reward", "finished", "error", "data",
+                 *TOKENS]  # fmt: skip
+_COUNTED = {"calls": ("result", "call_error"), "errors": ("call_error",), "pings": ("ping",)}
+
+
+class _EpisodeRows(NamedTuple):
+    """The rows an episode is made of (sessions, results, the evaluation's start and episode rows: a small
+    part of a trace), read in one pass, each kind kept with only what the frames take of it."""
+
+    opens: pa.Table  # session_id, wall, environment, split, task_index, task: the ORS open rows
+    closes: pa.Table  # session_id, wall: the ORS close rows that were not refused (ok false: the delete failed)
+    counts: pa.Table  # session_id, calls, errors, pings: summed a piece at a time
+    ends: pa.Table  # session_id, call, kind, reward, finished: the ORS result and call_error rows
+    rollouts: pa.Table  # session_id, rollout: the agent's start and episode rows that name one
+    outcomes: pa.Table  # the agent's episode rows, their records read (without the record's text)
+
+
+def _episode_rows(source: Source, *, outcomes: bool = True) -> _EpisodeRows:
+    """``_EpisodeRows`` of ``source``, a piece at a time (so that no more than a piece of the rows read is held
+    whole); ``outcomes=False`` leaves the episode rows' records unread."""
+    columns = ["session_id", "layer", "kind", "wall", "environment", "split", "task_index", "task", "rollout", "call",
+               "ok", "reward", "finished", *(["error", "data", *TOKENS] if outcomes else [])]  # fmt: skip
+    kept: dict[str, list[pa.Table]] = {name: [] for name in _EpisodeRows._fields}
+    for piece in _pieces(source, columns, _EPISODE_KINDS):
+        for name, table in _split(piece, outcomes).items():
+            kept[name].append(table)
+    return _EpisodeRows(*(pa.concat_tables(tables) if tables else _EMPTY[name].empty_table()
+                          for name, tables in kept.items()))  # fmt: skip
+
+
+def _split(piece: pa.Table, outcomes: bool) -> dict[str, pa.Table]:
+    """One piece of the episode rows, split by kind into ``_EpisodeRows``' tables (each mask made once, each
+    table taking only its own columns)."""
+    kind, agent = piece["kind"], pc.equal(piece["layer"], "agent")
+    mine = pc.and_(pc.invert(agent), pc.is_valid(piece["session_id"]))
+    refused = pc.fill_null(pc.equal(piece["ok"], False), False)  # a close whose delete failed
+
+    def rows(mask: pa.ChunkedArray, names: Sequence[str]) -> pa.Table:
+        return piece.select(list(names)).filter(mask)
+
+    counted = {name: pc.cast(pc.is_in(kind, value_set=pa.array(list(of))), pa.int64()) for name, of in _COUNTED.items()}
+    return {
+        "opens": rows(pc.and_(mine, pc.equal(kind, "open")), _EMPTY["opens"].names),
+        "closes": rows(pc.and_(pc.and_(mine, pc.equal(kind, "close")), pc.invert(refused)), ["session_id", "wall"]),
+        "counts": _summed(pa.table({"session_id": piece["session_id"], **counted}).filter(mine)),
+        "ends": rows(pc.and_(pc.invert(agent), pc.is_in(kind, value_set=pa.array(["result", "call_error"]))),
+                     _EMPTY["ends"].names),
+        "rollouts": rows(pc.and_(pc.and_(agent, pc.is_in(kind, value_set=pa.array(["start", "episode"]))),
+                                 pc.is_valid(piece["rollout"])), ["session_id", "rollout"]),
+        "outcomes": _outcome_rows(rows(pc.and_(agent, pc.equal(kind, "episode")), _OUTCOME_ROWS))
+        if outcomes else _EMPTY["outcomes"].empty_table(),
+    }  # fmt: skip
+
+
+def _summed(counted: pa.Table) -> pa.Table:
+    """``_COUNTED``'s counts summed by session."""
+    sums = counted.group_by("session_id").aggregate([(name, "sum") for name in _COUNTED])
+    return pa.table({**{name: sums[f"{name}_sum"] for name in _COUNTED}, "session_id": sums["session_id"]})
+
+
+def _fields(*names: str) -> pa.Schema:
+    return pa.schema([SCHEMA.field(name) for name in names])
+
+
+_EMPTY = {
+    "opens": _fields("session_id", "wall", "environment", "split", "task_index", "task"),
+    "closes": _fields("session_id", "wall"),
+    "counts": pa.schema([*(pa.field(name, _I64) for name in _COUNTED), pa.field("session_id", _STR)]),
+    "ends": _fields("session_id", "call", "kind", "reward", "finished"),
+    "rollouts": _fields("session_id", "rollout"),
+    "outcomes": pa.schema([*_fields(*(n for n in _OUTCOME_ROWS if n != "data")), *_OUTCOME]),
+}
+"""The schema of each of ``_EpisodeRows``' tables (for a trace without such rows)."""
+
+
 def episodes_frame(
     source: Source,
     *,
@@ -489,39 +587,43 @@ def episodes_frame(
     """One row per episode, in (environment, split, task, rollout) order; see the module docstring.
 
     ``reward`` and ``success_threshold`` reduce the sessions no evaluation ran (an evaluation's
-    episodes keep the reward and success it recorded). An evaluation's episodes need no steps frame:
-    their steps are counted from the ``result`` and ``call_error`` rows alone.
+    episodes keep the reward and success it recorded). Built by Arrow from the rows an episode is
+    made of, read in one pass; an evaluation's episodes need no steps frame (their steps are
+    counted from the ``result`` and ``call_error`` rows alone).
     """
     check_reduction(reward)
-    sessions = sessions_frame(source) if sessions is None else sessions
-    outcomes = _outcomes(source)
-    opened = sessions.set_index("session_id")
-    index = opened.index.append(outcomes.index).unique().rename("session_id")
-    if not len(index):
+    rows = _episode_rows(source)
+    opened = _sessions(rows) if sessions is None else _table(sessions, SESSIONS_COLUMNS)
+    outcomes = _outcomes(rows)
+    ids = pc.unique(pa.concat_arrays([opened["session_id"].combine_chunks(), outcomes["session_id"].combine_chunks()]))
+    if not len(ids):
         return _typed(pd.DataFrame(), EPISODES_COLUMNS)
-    counts = _step_counts(source) if steps is None else steps.groupby("session_id", sort=False).size()
-    frame = pd.DataFrame(
-        {
-            **{name: opened[name].reindex(index) for name in ("environment", "split", "task_index", "task")},
-            "errors": opened["errors"].reindex(index).fillna(0),
-            "steps": counts.reindex(index, fill_value=0),
-            "order": range(len(index)),
-        },
-        index=index,
-    )
-    recorded = index.isin(outcomes.index)
+    known = _at(ids, opened)
+    counts = _step_counts(rows) if steps is None else _counted(_arrow(steps["session_id"], _STR))
+    frame = pa.table({
+        "session_id": ids, **{name: known[name] for name in ("environment", "split", "task_index", "task")},
+        "errors": pc.fill_null(known["errors"], 0), "steps": pc.fill_null(_at(ids, counts)["steps"], 0),
+        "order": np.arange(len(ids), dtype=np.int64),
+    })  # fmt: skip
+    recorded = pc.is_in(ids, value_set=outcomes["session_id"].combine_chunks())
     parts = []
-    if (~recorded).any():  # sessions no evaluation ran: their steps reduced here
+    if not pc.all(recorded).as_py():  # sessions no evaluation ran: their steps reduced here
         steps = steps_frame(source) if steps is None else steps
-        parts.append(_reduced(frame[~recorded].copy(), steps, opened, _rollouts(source), reward, success_threshold))
-    if recorded.any():  # an evaluation's episodes: what its episode row recorded
-        parts.append(_recorded_outcomes(frame[recorded], outcomes, (
+        bare = _pandas(frame.filter(pc.invert(recorded))).set_index("session_id")
+        reduced = _reduced(bare, steps, _pandas(opened).set_index("session_id"), _rollouts(rows), reward,
+                           success_threshold)  # fmt: skip
+        parts.append(_table(reduced.reset_index(), _ORDERED_EPISODES))
+    if pc.any(recorded).as_py():  # an evaluation's episodes: what its episode row recorded
+        parts.append(_recorded(frame.filter(recorded), outcomes, (
             "rollout", "reward", "total_reward", "final_reward", "finished", "success", "finish_reason", "duration_s",
             "error", "error_type", *TOKENS)))  # fmt: skip
-    return _in_order([_typed(part.reset_index(), {**EPISODES_COLUMNS, "order": _I64}) for part in parts])
+    return _typed(_in_order(parts, _ORDERED_EPISODES), EPISODES_COLUMNS)
 
 
-def _reduced(bare: pd.DataFrame, steps: pd.DataFrame, opened: pd.DataFrame, rollouts: pd.Series, reward: Reduction,
+_ORDERED_EPISODES = {**EPISODES_COLUMNS, "order": _I64}
+
+
+def _reduced(bare: pd.DataFrame, steps: pd.DataFrame, opened: pd.DataFrame, rollouts: pa.Table, reward: Reduction,
              success_threshold: float) -> pd.DataFrame:  # fmt: skip
     """Sessions no evaluation ran, their steps reduced (``reduce_reward``: a reduction may be any function)."""
     wanted = set(bare.index)
@@ -531,30 +633,31 @@ def _reduced(bare: pd.DataFrame, steps: pd.DataFrame, opened: pd.DataFrame, roll
     bare["total_reward"], bare["final_reward"], bare["reward"] = (list(c) for c in zip(*values, strict=True))
     bare["success"] = [value >= success_threshold for _, _, value in values]
     bare["finished"] = by_session["finished"].any().reindex(bare.index, fill_value=False)
-    bare["rollout"] = rollouts.reindex(bare.index)
+    bare["rollout"] = _pandas(_at(pa.array(bare.index, _STR), rollouts))["rollout"].to_numpy()
     bare["started"] = opened["opened"].reindex(bare.index)
     bare["duration_s"] = opened["duration_s"].reindex(bare.index)
     return bare
 
 
-def _recorded_outcomes(frame: pd.DataFrame, outcomes: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
-    """An evaluation's episodes as their ``episode`` rows recorded them: ``names`` and the start taken from there."""
-    mine = frame.copy()
-    outcome = outcomes.reindex(mine.index)
+def _recorded(frame: pa.Table, outcomes: pa.Table, names: Sequence[str]) -> pa.Table:
+    """An evaluation's episodes as their ``episode`` rows recorded them: ``names`` and the start taken from there
+    (where, the row's where it says, else the session's)."""
+    outcome = _at(frame["session_id"], outcomes)
+    mine = {name: frame[name] for name in frame.column_names}
     for name in ("environment", "split", "task_index"):
-        mine[name] = outcome[name].where(outcome[name].notna(), mine[name])
-    mine["started"] = pd.to_datetime(outcome["started"].astype("float64") * 1e6, unit="us", utc=True)
+        mine[name] = pc.coalesce(outcome[name], frame[name])
+    started = outcome["started"].to_numpy(zero_copy_only=False) * 1e6  # seconds since the epoch, null as NaN
+    mine["started"] = pa.Array.from_pandas(pd.to_datetime(started, unit="us", utc=True)).cast(_WALL, safe=False)
     for name in names:
         mine[name] = outcome[name]
-    return mine
+    return pa.table(mine)
 
 
-def _in_order(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """The parts as one frame in the episodes' order (environment, split, task, rollout, then as recorded)."""
-    typed = pd.concat(parts)
-    typed = typed.sort_values(["environment", "split", "task_index", "rollout", "order"], kind="stable",
-                              na_position="last")  # fmt: skip
-    return typed.drop(columns="order").reset_index(drop=True)
+def _in_order(parts: list[pa.Table], columns: Mapping[str, pa.DataType]) -> pa.Table:
+    """The parts as one table in the episodes' order (environment, split, task, rollout, then as recorded)."""
+    together = pa.concat_tables([_table(part, columns) for part in parts])
+    keys = ["environment", "split", "task_index", "rollout", "order"]
+    return together.sort_by([(key, "ascending", "at_end") for key in keys]).drop_columns(["order"])
 
 
 def _steps(group: pd.DataFrame) -> list[_Step]:
@@ -743,44 +846,28 @@ def listing_frame(source: Source) -> pd.DataFrame:
     ``call_error``, ``start`` and ``episode`` rows by Arrow alone, without the per-call frames.
 
     A session no evaluation ran takes the sum of its rewards (``episodes``' default reduction)."""
-    kinds = ["open", "close", "ping", "result", "call_error", "start", "episode"]
-    if isinstance(source, pa.Table):  # one pass over the table; the rest is small
-        source = source.filter(pc.is_in(source["kind"], value_set=pa.array(kinds, pa.string())))
-    sessions = sessions_frame(source).set_index("session_id")
-    outcomes = _outcomes(source)
-    index = sessions.index.append(outcomes.index).unique().rename("session_id")
-    if not len(index):
+    rows = _episode_rows(source)  # one pass over the trace; the rest is small
+    opened, outcomes = _sessions(rows), _outcomes(rows)
+    ids = pc.unique(pa.concat_arrays([opened["session_id"].combine_chunks(), outcomes["session_id"].combine_chunks()]))
+    if not len(ids):
         return _typed(pd.DataFrame(), LISTING_COLUMNS)
-    results = _select(source, ["session_id", "reward", "finished"], ["result"], agent=False)
-    per = (
-        results.group_by("session_id")
-        .aggregate([("reward", "sum"), ("reward", "count"), ("finished", "any"), ("session_id", "count")])
-        .to_pandas(types_mapper=pd.ArrowDtype)
-        .set_index("session_id")
-        .reindex(index)
-    )
-    frame = pd.DataFrame(
-        {
-            **{name: sessions[name].reindex(index) for name in ("environment", "split", "task_index")},
-            "steps": per["session_id_count"].fillna(0),
-            "errors": sessions["errors"].reindex(index).fillna(0),
-            "reward": per["reward_sum"].where(per["reward_count"] > 0, 0.0),
-            "finished": per["finished_any"].fillna(False),
-            "rollout": _rollouts(source).reindex(index),
-            "duration_s": sessions["duration_s"].reindex(index),
-            "started": sessions["opened"].reindex(index),
-            "error": pd.Series(pd.NA, index=index, dtype=pd.ArrowDtype(_STR)),
-            "order": pd.Series(range(len(index)), index=index, dtype=pd.ArrowDtype(_I64)),
-        },
-        index=index,
-    )
-    recorded = index.isin(outcomes.index)
-    frame["session_id"] = pd.Series(index, index=index, dtype=pd.ArrowDtype(_STR))
-    parts = [frame[~recorded]]
-    if recorded.any():  # an evaluation's episodes: what its episode row recorded
-        listed = ("rollout", "reward", "finished", "duration_s", "error")
-        parts.append(_recorded_outcomes(frame[recorded], outcomes, listed))
-    return _in_order([_typed(part.reset_index(drop=True), {**LISTING_COLUMNS, "order": _I64}) for part in parts])
+    known = _at(ids, opened)
+    results = rows.ends.filter(pc.equal(rows.ends["kind"], "result")).select(["session_id", "reward", "finished"])
+    per = _at(ids, results.group_by("session_id").aggregate(
+        [("reward", "sum"), ("reward", "count"), ("finished", "any"), ("session_id", "count")]))  # fmt: skip
+    rewarded = pc.fill_null(pc.greater(per["reward_count"], 0), False)
+    frame = pa.table({
+        "session_id": ids, **{name: known[name] for name in ("environment", "split", "task_index")},
+        "steps": pc.fill_null(per["session_id_count"], 0), "errors": pc.fill_null(known["errors"], 0),
+        "reward": pc.if_else(rewarded, per["reward_sum"], 0.0), "finished": pc.fill_null(per["finished_any"], False),
+        "rollout": _at(ids, _rollouts(rows))["rollout"], "duration_s": known["duration_s"], "started": known["opened"],
+        "error": pa.nulls(len(ids), _STR), "order": np.arange(len(ids), dtype=np.int64),
+    })  # fmt: skip
+    recorded = pc.is_in(ids, value_set=outcomes["session_id"].combine_chunks())
+    parts = [frame.filter(pc.invert(recorded))]
+    if pc.any(recorded).as_py():  # an evaluation's episodes: what its episode row recorded
+        parts.append(_recorded(frame.filter(recorded), outcomes, ("rollout", "reward", "finished", "duration_s", "error")))
+    return _typed(_in_order(parts, {**LISTING_COLUMNS, "order": _I64}), LISTING_COLUMNS)
 
 
 def finished_episodes(source: Source) -> dict[tuple[str, str, int, int], str]:

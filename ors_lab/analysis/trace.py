@@ -46,6 +46,7 @@ from ors_lab.recording.parts import (
     check_metadata,
     part_files,
     part_format,
+    kind_mask,
     part_schema,
     parts_dir,
     read_checked,
@@ -79,6 +80,11 @@ EVENTS_ROWS = 5_000_000
 """The most rows ``trace.events`` makes one DataFrame of (about 5 GB in memory); page through more."""
 PAGE_ROWS = 65_536
 """The rows of each DataFrame ``trace.event_pages()`` yields, by default."""
+DICTIONARY_READ = ["run_id", "layer", "kind", "session_id", "environment", "split", "task", "tool", "input", "method",
+                   "url", "headers", "event", "reason"]  # fmt: skip
+"""The string columns the recorder writes dictionary-encoded, read so (several times faster than decoding every
+value; ``kind`` is then matched by its few values) and made plain strings once the rows asked for are taken."""
+GROUPS_AT_ONCE = 16  # row groups read (and decoded in parallel) at a time
 SKIP_HINT = "read the rest with load_trace(path, skip_bad_parts=True)"
 
 
@@ -120,18 +126,31 @@ class _Compacted:
         return int(self.file.metadata.num_rows)
 
     def pieces(self, columns: Sequence[str], kinds: Sequence[str] | None) -> Iterator[pa.Table]:
-        wanted = list(dict.fromkeys([*columns, *(["kind"] if kinds is not None else [])]))
-        read = [name for name in wanted if name in self.present]
-        for index in range(self.file.num_row_groups):
-            if kinds is not None and not self._may_hold(index, kinds):
-                continue
+        read = [name for name in dict.fromkeys([*columns, *(["kind"] if kinds is not None else [])])
+                if name in self.present]  # fmt: skip
+        groups = [i for i in range(self.file.num_row_groups) if kinds is None or self._may_hold(i, kinds)]
+        for start in range(0, len(groups), GROUPS_AT_ONCE):
+            batch = groups[start : start + GROUPS_AT_ONCE]
             try:
-                group = self.file.read_row_group(index, columns=read)
-                group.validate(full=True)
-                group = upgrade(group, self.version, wanted)
-            except Exception as exc:  # whatever a damaged row group makes the reader raise
-                raise TraceFormatError(f"{self.path} row group {index} is not readable: {exc}; {SKIP_HINT}") from exc
-            yield select_rows(group, columns, kinds)
+                table = self._checked(self.file.read_row_groups(batch, columns=read, use_threads=True), columns, kinds)
+            except Exception:  # whatever a damaged row group makes the reader raise: find which, and say so
+                table = pa.concat_tables([self._group(index, read, columns, kinds) for index in batch])
+            yield table
+
+    def _checked(self, table: pa.Table, columns: Sequence[str], kinds: Sequence[str] | None) -> pa.Table:
+        """Rows as read: validated, those of ``kinds`` kept, and made this version (``kind`` is read as a
+        dictionary, matched by its few values)."""
+        table.validate(full=True)
+        if kinds is not None:
+            table = table.filter(kind_mask(table["kind"], kinds))
+        return upgrade(table, self.version, columns).combine_chunks()  # one chunk a read: Arrow's kernels run faster
+
+    def _group(self, index: int, read: list[str], columns: Sequence[str], kinds: Sequence[str] | None) -> pa.Table:
+        """One row group, read and ``_checked``; ``TraceFormatError`` naming it if it cannot be."""
+        try:
+            return self._checked(self.file.read_row_group(index, columns=read), columns, kinds)
+        except Exception as exc:
+            raise TraceFormatError(f"{self.path} row group {index} is not readable: {exc}; {SKIP_HINT}") from exc
 
     def _may_hold(self, index: int, kinds: Sequence[str]) -> bool:
         """False when the row group's statistics of ``kind`` (its least and greatest) leave out all ``kinds``."""
@@ -206,14 +225,20 @@ class Trace:
         can hold those kinds. ``ValueError`` for a name that is no column of the trace schema.
 
         ``trace.select(["session_id", "reward"], kinds=["result"])``: the rewards of every result."""
+        pieces = list(self.scan(columns, kinds=kinds))
+        schema = pa.schema([SCHEMA.field(name) for name in columns])
+        return pa.concat_tables(pieces) if pieces else schema.empty_table()
+
+    def scan(self, columns: Sequence[str], *, kinds: Sequence[str] | None = None) -> Iterator[pa.Table]:
+        """``select``, a piece at a time: Arrow tables of the rows of ``kinds`` with ``columns``, each from a few
+        row groups of the file, in the trace's order; for work over a trace larger than memory."""
         unknown = [name for name in columns if name not in COLUMNS]
         if unknown:
             raise ValueError(f"no trace column {', '.join(map(repr, unknown))}; the columns are {', '.join(COLUMNS)}")
         if "table" in self.__dict__:  # read whole already
-            return select_rows(self.table, columns, kinds)
-        pieces = list(self._rows.pieces(columns, kinds))
-        schema = pa.schema([SCHEMA.field(name) for name in columns])
-        return pa.concat_tables(pieces) if pieces else schema.empty_table()
+            yield select_rows(self.table, columns, kinds)
+        else:
+            yield from self._rows.pieces(columns, kinds)
 
     def event_pages(
         self,
@@ -235,8 +260,7 @@ class Trace:
         wanted = None if sessions is None else pa.array(list(sessions), pa.string())
         pending: list[pa.Table] = []
         held = 0
-        source = [select_rows(self.table, read, kinds)] if "table" in self.__dict__ else self._rows.pieces(read, kinds)
-        for piece in source:
+        for piece in self.scan(read, kinds=kinds):
             if wanted is not None:
                 piece = piece.filter(pc.is_in(piece["session_id"], value_set=wanted)).select(names)
             pending.append(piece)
@@ -335,7 +359,7 @@ class Trace:
         from ors_lab.analysis.frames import episodes_frame
 
         steps = self.__dict__.get("steps")  # when made already; else counted from the result rows alone
-        sessions = self.sessions
+        sessions = self.__dict__.get("sessions")
         return self._frame("episodes", lambda: episodes_frame(self, steps=steps, sessions=sessions))
 
     @cached_property
@@ -421,7 +445,7 @@ def load_trace(path: str | os.PathLike[str], *, skip_bad_parts: bool = False) ->
 def _open_compacted(path: Path) -> tuple[pq.ParquetFile, str]:
     """A compacted trace's footer, read and checked (metadata, columns and their types); its schema version."""
     try:
-        file = pq.ParquetFile(path)
+        file = pq.ParquetFile(path, read_dictionary=DICTIONARY_READ)
         schema = file.schema_arrow
     except Exception as exc:  # a damaged footer: nothing can be read
         raise TraceFormatError(f"{path} is not a readable Parquet file: {exc}") from exc

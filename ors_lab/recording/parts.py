@@ -43,6 +43,7 @@ __all__ = [
     "read_trace_file",
     "remove_stale",
     "reopen",
+    "kind_mask",
     "select_rows",
 ]
 
@@ -116,9 +117,21 @@ def read_checked(path: Path, *, part: bool) -> pa.Table:
 
 def select_rows(table: pa.Table, columns: Sequence[str], kinds: Sequence[str] | None = None) -> pa.Table:
     """The rows of ``table`` of ``kinds`` (all when None), with ``columns`` only, in that order."""
-    if kinds is not None:
-        table = table.filter(pc.is_in(table["kind"], value_set=pa.array(list(kinds), pa.string())))
-    return table.select(list(columns))
+    if kinds is None:
+        return table.select(list(columns))
+    kept = table.select(list(dict.fromkeys([*columns, "kind"])))  # what is filtered: these columns only
+    return kept.filter(kind_mask(kept["kind"], kinds)).select(list(columns))
+
+
+def kind_mask(kind: pa.ChunkedArray, kinds: Sequence[str]) -> pa.ChunkedArray:
+    """True where ``kind`` is one of ``kinds``; a dictionary-encoded column (as a trace's is in the file) is
+    matched by its dictionary, a few values, not row by row."""
+    wanted = pa.array(list(kinds), pa.string())
+    if not pa.types.is_dictionary(kind.type):
+        return pc.is_in(kind, value_set=wanted)
+    chunks = [pc.fill_null(pc.take(pc.is_in(chunk.dictionary, value_set=wanted), chunk.indices), False)
+              for chunk in kind.chunks]  # fmt: skip
+    return pa.chunked_array(chunks, pa.bool_())
 
 
 def part_schema(path: Path) -> pa.Schema:
