@@ -23,10 +23,10 @@ integers and booleans stay what they are, strings stay Arrow strings.
 
 from __future__ import annotations
 
-import io
 import json
 import math
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -524,9 +524,19 @@ def _episode_rows(source: Source, *, outcomes: bool = True) -> _EpisodeRows:
     columns = ["session_id", "layer", "kind", "wall", "environment", "split", "task_index", "task", "rollout", "call",
                "ok", "reward", "finished", *(["error", "data", *TOKENS] if outcomes else [])]  # fmt: skip
     kept: dict[str, list[pa.Table]] = {name: [] for name in _EpisodeRows._fields}
-    for piece in _pieces(source, columns, _EPISODE_KINDS):
-        for name, table in _split(piece, outcomes).items():
+
+    def keep(split: Future[dict[str, pa.Table]]) -> None:
+        for name, table in split.result().items():
             kept[name].append(table)
+
+    with ThreadPoolExecutor(max_workers=1) as splitter:  # a piece is split while the next is read (both free the GIL)
+        pending: deque[Future[dict[str, pa.Table]]] = deque()
+        for piece in _pieces(source, columns, _EPISODE_KINDS):
+            pending.append(splitter.submit(_split, piece, outcomes))
+            if len(pending) > 1:  # one piece read ahead at most
+                keep(pending.popleft())
+        for split in pending:
+            keep(split)
     return _EpisodeRows(*(pa.concat_tables(tables) if tables else _EMPTY[name].empty_table()
                           for name, tables in kept.items()))  # fmt: skip
 

@@ -1,25 +1,7 @@
-"""The DataFrames of a run, built from the trace's rows; every frame's columns and dtypes are declared here.
-
-Each builder takes an Arrow table of trace rows: a loaded trace's (``Trace``), or the rows an
-evaluation keeps in memory (``EvalResult``), so a run's episodes are the same frame however they
-are looked at. Only the columns a frame needs are taken from the table, and the work is done by
-Arrow and pandas over whole columns. All columns are Arrow-backed (``pd.ArrowDtype``): nullable
-integers and booleans stay what they are, strings stay Arrow strings.
-
-- ``events``: every row; ``calls``: one row per tool call (the ``http``, ``sse`` and ``call``
-  rows that share a session and call number); ``sessions``: one row per session that opened;
-- ``steps``: one row per tool call that returned a result, numbered within its episode;
-- ``episodes``: one row per episode (a session that opened, or an evaluation's episode that
-  failed before its session did): what an evaluation recorded of it in its ``episode`` row, or,
-  for a session no evaluation ran, its steps reduced as ``ors_lab.analysis.reduce`` decides;
-- ``tasks``: one row per task, its episodes aggregated (mean reward, stderr, pass@k, ...);
-- ``errors``: the episodes that failed; ``summary``: the run in one row (a ``Summary``: a one-row
-  frame that shows itself as a short vertical table);
-- ``transcripts``: one row per turn of the agent, its streamed deltas joined into reasoning, text
-  and tool calls (``ors_lab.notebook.turns`` joins them, for the trace viewer too);
-- ``listing``: what the trace viewer lists, one row per episode, built without the per-call frames
-  so that a trace of many thousands of episodes opens at once.
-"""
+"""The frames as they were built before traces were read where they lie (pandas over the whole table, one
+Python row at a time where pandas could not): kept as the oracle that the Arrow-built frames of
+``ors_lab.analysis.frames`` are compared with, on real and synthetic traces (``test_frames.py``).
+Not used by the package."""
 
 from __future__ import annotations
 
