@@ -445,12 +445,16 @@ def load_trace(path: str | os.PathLike[str], *, skip_bad_parts: bool = False) ->
 def _open_compacted(path: Path) -> tuple[pq.ParquetFile, str]:
     """A compacted trace's footer, read and checked (metadata, columns and their types); its schema version."""
     try:
-        file = pq.ParquetFile(path, read_dictionary=DICTIONARY_READ)
+        file = pq.ParquetFile(path)
         schema = file.schema_arrow
     except Exception as exc:  # a damaged footer: nothing can be read
         raise TraceFormatError(f"{path} is not a readable Parquet file: {exc}") from exc
     version = _checked(path, schema.empty_table(), "Parquet", schema.metadata)
-    return file, version
+    dictionaries = [name for name in DICTIONARY_READ if name in schema.names]
+    try:
+        return pq.ParquetFile(path, metadata=file.metadata, read_dictionary=dictionaries), version  # footer read once
+    except Exception as exc:
+        raise TraceFormatError(f"{path} is not a readable Parquet file: {exc}") from exc
 
 
 def _check_parts(files: list[Path]) -> dict[bytes, bytes] | None:
