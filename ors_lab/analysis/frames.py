@@ -336,48 +336,43 @@ def calls_frame(source: Source, *, outputs: bool = True) -> pd.DataFrame:
     if not rows.num_rows:
         return _typed(pd.DataFrame(), CALLS_COLUMNS)
     kind = rows["kind"]
-    counted = rows.select([*keys, "_row"]).append_column(
-        "chunks", pc.cast(pc.equal(kind, "chunk"), pa.int64())
-    ).append_column("pings", pc.cast(pc.equal(kind, "comment"), pa.int64())).append_column(
-        "bytes", pc.fill_null(pc.if_else(pc.equal(kind, "chunk"), rows["size"], 0), 0)
-    ).append_column("t_ns", rows["t_ns"]).append_column("wall", rows["wall"]).append_column("attempt", rows["attempt"])
-    for name in _FIRST:
-        counted = counted.append_column(name, rows[name])
+    chunk = pc.equal(kind, "chunk")
+    counted = pa.table({**{name: rows[name] for name in [*keys, "_row", "t_ns", "wall", "attempt", *_FIRST]},
+                        "chunks": pc.cast(chunk, pa.int64()), "pings": pc.cast(pc.equal(kind, "comment"), pa.int64()),
+                        "bytes": pc.fill_null(pc.if_else(chunk, rows["size"], 0), 0)})  # fmt: skip
     base = counted.group_by(keys, use_threads=False).aggregate(
         [("_row", "min"), ("t_ns", "min"), ("wall", "min"), ("attempt", "max"), ("chunks", "sum"), ("pings", "sum"),
          ("bytes", "sum"), *((name, "first") for name in _FIRST)]  # fmt: skip
     )
-    base = base.take(pc.sort_indices(base["_row_min"]))  # the calls in the order they began
-    names = {"t_ns_min": "start_ns", "wall_min": "started", "attempt_max": "attempts", "chunks_sum": "chunks",
-             "pings_sum": "pings", "bytes_sum": "bytes", **{f"{name}_first": name for name in _FIRST}}  # fmt: skip
-    frame = _pandas(base.drop_columns(["_row_min"])).rename(columns=names).set_index(keys)
     responses = rows.filter(pc.equal(kind, "response")).select([*keys, "ttfb_ns"])
     ttfb = responses.group_by(keys, use_threads=False).aggregate([("ttfb_ns", "first")])
-    frame["ttfb_ms"] = _pandas(ttfb).set_index(keys)["ttfb_ns_first"] / 1e6
-    ends = _pandas(_ends(rows.filter(pc.is_in(kind, value_set=pa.array(["result", "call_error"]))), keys))
-    ends = ends.set_index(keys)
-    for name in _END:
-        frame[name] = ends[name]
-    frame["outcome"] = ends["kind"]
-    frame["duration_ms"] = (ends["t_ns"] - frame["start_ns"]) / 1e6
+    ends = _ends(rows.filter(pc.is_in(kind, value_set=pa.array(["result", "call_error"]))), keys)
+    ends = ends.select([*keys, *_END, "kind", "t_ns"]).rename_columns([*keys, *_END, "outcome", "end_ns"])
+    calls = base.join(ttfb, keys, join_type="left outer").join(ends, keys, join_type="left outer")
     if outputs:
-        frame["output"] = _outputs(rows, keys)
-    return _typed(frame.reset_index(), CALLS_COLUMNS)
+        calls = calls.join(_outputs(rows, keys), keys, join_type="left outer")
+    calls = calls.sort_by("_row_min")  # the calls in the order they began (a join keeps no order)
+    columns = {name: calls[name] for name in calls.column_names}
+    columns.update({"start_ns": calls["t_ns_min"], "started": calls["wall_min"], "attempts": calls["attempt_max"],
+                    "chunks": calls["chunks_sum"], "pings": calls["pings_sum"], "bytes": calls["bytes_sum"],
+                    **{name: calls[f"{name}_first"] for name in _FIRST},
+                    "ttfb_ms": pc.divide(calls["ttfb_ns_first"], 1e6),
+                    "duration_ms": pc.divide(pc.subtract(calls["end_ns"], calls["t_ns_min"]), 1e6)})  # fmt: skip
+    return _typed(pa.table(columns), CALLS_COLUMNS)
 
 
-def _outputs(rows: pa.Table, keys: list[str]) -> pd.Series:
-    """Each call's output as text: the ``chunk`` and ``end`` events of its last stream joined (the
+def _outputs(rows: pa.Table, keys: list[str]) -> pa.Table:
+    """Each call's ``output`` as text: the ``chunk`` and ``end`` events of its last stream joined (the
     result's JSON), read by ``output_text``; null for a failed result or a stream that never ended."""
     wanted = pc.and_(pc.equal(rows["kind"], "event"), pc.is_in(rows["event"], value_set=pa.array(["chunk", "end"])))
     events = rows.filter(pc.and_(pc.fill_null(wanted, False), pc.is_valid(rows["attempt"])))
-    if not events.num_rows:
-        return pd.Series([], dtype="object")
     events = events.set_column(events.schema.get_field_index("data"), "data", pc.fill_null(events["data"], ""))
     streams = events.group_by([*keys, "attempt"], use_threads=False).aggregate([("data", "list"), ("_row", "min")])
     streams = streams.take(pc.sort_indices(streams["_row_min"]))  # the streams in the order they began
-    payloads = streams.select(keys).append_column("payload", pc.binary_join(streams["data_list"], pa.scalar("", pa.large_string())))
-    last = _pandas(_ends(payloads, keys).select([*keys, "payload"])).set_index(keys)["payload"]
-    return last.map(lambda payload: output_text(_json(payload)))
+    joined = pc.binary_join(streams["data_list"], pa.scalar("", pa.large_string()))
+    last = _ends(streams.select(keys).append_column("payload", joined), keys)
+    texts = [output_text(_json(payload)) for payload in last["payload"].to_pylist()]
+    return last.select(keys).append_column("output", pa.array(texts, _STR))
 
 
 def _json(text: str) -> Any:
@@ -425,8 +420,8 @@ def steps_frame(source: Source, calls: pd.DataFrame | None = None) -> pd.DataFra
     calls = calls_frame(source, outputs=False) if calls is None else calls
     steps = calls[calls["outcome"] == "result"].copy()
     steps["order"] = pd.factorize(steps["session_id"])[0]  # sessions in the order they began
-    rollouts = _pandas(_rollouts(_episode_rows(source, outcomes=False))).set_index("session_id")["rollout"]
-    steps["rollout"] = steps["session_id"].map(rollouts).astype("object")
+    rollouts = _at(_arrow(steps["session_id"], _STR), _rollouts(_episode_rows(source, outcomes=False)))["rollout"]
+    steps["rollout"] = pd.arrays.ArrowExtensionArray(rollouts.cast(_I64))
     steps = _typed(steps, {**STEPS_COLUMNS, "order": _I64})
     steps = steps.sort_values(["environment", "split", "task_index", "rollout", "order", "call"], kind="stable",
                               na_position="last")  # fmt: skip
