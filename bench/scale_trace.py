@@ -98,7 +98,8 @@ def _records(tiled: pa.Table, episode: np.ndarray, reward: np.ndarray, suffix: p
     for n in np.flatnonzero(episode):
         record = json.loads(data[n])
         value = float(reward[n])
-        record.update(session_id=f"{sessions[n]}-{suffix[n].as_py()}", task_index=tasks[n] + 10 * int(suffix[n].as_py()),
+        copy = int(suffix[n].as_py())
+        record.update(session_id=f"{sessions[n]}-{copy}", task_index=tasks[n] + 10 * copy,
                       reward=value, total_reward=value, final_reward=value, success=value >= 1.0)  # fmt: skip
         data[n] = json.dumps(record, separators=(",", ":"))
     return pa.array(data, pa.large_string())
@@ -132,7 +133,7 @@ def child(what: str, path: str) -> dict[str, Any]:
     """Measure ``what`` on the trace at ``path`` in this process: wall and CPU seconds, peak RSS over baseline."""
     import ors_lab as ol
 
-    ol.load_trace(str(REPO_ROOT / "recordings" / "demo.parquet")).tasks  # warm the imports (pandas, frames)
+    _ = ol.load_trace(str(REPO_ROOT / "recordings" / "demo.parquet")).tasks  # warm the imports (pandas, frames)
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out: dict[str, Any] = {}
     started, cpu = time.perf_counter(), time.process_time()
@@ -174,7 +175,7 @@ def measure(sizes: tuple[int, ...] = SIZES, rounds: int = 2, timeout: float = 60
             for what in ("load", "episodes", "tasks", "steps", "calls"):
                 result = _in_child(what, path, timeout)
                 row.setdefault("rows", result.get("rows"))
-                row.update({k: v for k, v in result.items() if k.startswith(what) or (what == "load" and k == "load_s")})
+                row.update({k: v for k, v in result.items() if k.startswith(what)})
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
@@ -192,7 +193,8 @@ def growth(rows: list[dict[str, Any]]) -> dict[str, str]:
         if low is None or high is None or low <= 0 or math.isinf(high):
             continue
         exponent = math.log(high / low) / math.log(sizes[-1] / sizes[0])
-        name = "constant" if exponent < 0.3 else "sublinear" if exponent < 0.7 else "linear" if exponent <= 1.3 else "worse"
+        name = "constant" if exponent < 0.3 else "sublinear" if exponent < 0.7 else "linear" if exponent <= 1.3 \
+            else "worse"
         laws[figure] = f"{name} (x^{exponent:.2f})"
     return laws
 

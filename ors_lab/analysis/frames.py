@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -46,13 +46,13 @@ __all__ = [
     "EPISODES_COLUMNS",
     "ERRORS_COLUMNS",
     "FRAMES",
-    "Rows",
     "SESSIONS_COLUMNS",
     "STEPS_COLUMNS",
-    "Source",
     "SUMMARY_COLUMNS",
     "TASKS_COLUMNS",
     "TRANSCRIPTS_COLUMNS",
+    "Rows",
+    "Source",
     "Summary",
     "calls_frame",
     "episodes_frame",
@@ -272,7 +272,7 @@ class Rows(Protocol):
     def scan(self, columns: Sequence[str], *, kinds: Sequence[str] | None = None) -> Iterator[pa.Table]: ...
 
 
-Source = pa.Table | Rows
+Source: TypeAlias = pa.Table | Rows
 """A trace's rows: a table in memory (an evaluation's), or a ``Trace`` read where it lies."""
 
 
@@ -321,7 +321,8 @@ def events_frame(table: pa.Table) -> pd.DataFrame:
 # -- calls and sessions: the wire's view ---------------------------------------------------------------
 
 _CALL_ROWS = ["session_id", "call", "layer", "kind", "t_ns", "wall", "attempt", "ttfb_ns", "size", "environment",
-              "split", "task_index", "tool", "input", "task_id", "ok", "reward", "finished", "error", "reason"]  # fmt: skip
+              "split", "task_index", "tool", "input", "task_id", "ok", "reward", "finished", "error",
+              "reason"]  # fmt: skip
 _FIRST = ("environment", "split", "task_index", "tool", "input")
 _END = ("task_id", "ok", "reward", "finished", "error", "reason")
 
@@ -341,8 +342,16 @@ def calls_frame(source: Source, *, outputs: bool = True) -> pd.DataFrame:
                         "chunks": pc.cast(chunk, pa.int64()), "pings": pc.cast(pc.equal(kind, "comment"), pa.int64()),
                         "bytes": pc.fill_null(pc.if_else(chunk, rows["size"], 0), 0)})  # fmt: skip
     base = counted.group_by(keys, use_threads=False).aggregate(
-        [("_row", "min"), ("t_ns", "min"), ("wall", "min"), ("attempt", "max"), ("chunks", "sum"), ("pings", "sum"),
-         ("bytes", "sum"), *((name, "first") for name in _FIRST)]  # fmt: skip
+        [
+            ("_row", "min"),
+            ("t_ns", "min"),
+            ("wall", "min"),
+            ("attempt", "max"),
+            ("chunks", "sum"),
+            ("pings", "sum"),
+            ("bytes", "sum"),
+            *((name, "first") for name in _FIRST),
+        ]
     )
     responses = rows.filter(pc.equal(kind, "response")).select([*keys, "ttfb_ns"])
     ttfb = responses.group_by(keys, use_threads=False).aggregate([("ttfb_ns", "first")])
@@ -394,8 +403,8 @@ def _sessions(rows: _EpisodeRows) -> pa.Table:
     counts = _at(ids, rows.counts.group_by("session_id").aggregate([(name, "sum") for name in _COUNTED]))
     closed = _at(ids, _ends(rows.closes, ["session_id"]))["wall"]
     seconds = pc.divide(pc.cast(pc.subtract(closed, opened["wall"]), pa.int64()), 1e6)  # as pandas' total_seconds
-    return _table(pa.table({**{name: opened[name] for name in ("session_id", "environment", "split", "task_index", "task")},
-                            "opened": opened["wall"], "closed": closed, "duration_s": seconds,
+    where = {name: opened[name] for name in ("session_id", "environment", "split", "task_index", "task")}
+    return _table(pa.table({**where, "opened": opened["wall"], "closed": closed, "duration_s": seconds,
                             **{name: pc.fill_null(counts[f"{name}_sum"], 0) for name in _COUNTED}}),
                   SESSIONS_COLUMNS)  # fmt: skip
 
@@ -430,7 +439,8 @@ def steps_frame(source: Source, calls: pd.DataFrame | None = None) -> pd.DataFra
 
 
 def _step_counts(rows: _EpisodeRows) -> pa.Table:
-    """session_id -> its ``steps`` (calls whose last ``result`` or ``call_error`` row is a result), from those rows alone."""
+    """session_id -> its ``steps`` (calls whose last ``result`` or ``call_error`` row is a result), from those
+    rows alone."""
     ends = rows.ends.filter(pc.and_(pc.is_valid(rows.ends["call"]), pc.is_valid(rows.ends["session_id"])))
     ends = _ends(ends, ["session_id", "call"])
     return _counted(ends.filter(pc.equal(ends["kind"], "result"))["session_id"])
@@ -473,8 +483,9 @@ def _records_of(data: pa.Array) -> pa.Table:
     """The episode records (JSON, one a row) of ``data`` read by Arrow's JSON reader, ``_OUTCOME``'s fields."""
     if data.null_count:
         raise ValueError("an episode row has no record in its data")
-    lines = pc.binary_join_element_wise(data.cast(pa.large_string()), pa.scalar("", pa.large_string()),
-                                        pa.scalar("\n", pa.large_string()))
+    lines = pc.binary_join_element_wise(
+        data.cast(pa.large_string()), pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string())
+    )
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
     text = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
     options = pa_json.ParseOptions(explicit_schema=_OUTCOME, unexpected_field_behavior="ignore")
@@ -683,8 +694,16 @@ def _aggregates(episodes: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     for name in ("success", "finished"):
         table = table.append_column(f"_{name}", pc.cast(pc.fill_null(table[name], False), pa.int64()))
     grouped = table.group_by(list(keys) or ["_all"], use_threads=False).aggregate(
-        [("_row", "min"), ("reward", "list"), ("reward", "count", pc.CountOptions("all")), ("_success", "sum"),
-         ("_finished", "sum"), ("steps", "sum"), ("error", "count"), *((name, "sum") for name in TOKENS)]  # fmt: skip
+        [
+            ("_row", "min"),
+            ("reward", "list"),
+            ("reward", "count", pc.CountOptions("all")),
+            ("_success", "sum"),
+            ("_finished", "sum"),
+            ("steps", "sum"),
+            ("error", "count"),
+            *((name, "sum") for name in TOKENS),
+        ]
     )
     grouped = grouped.take(pc.sort_indices(grouped["_row_min"]))
     n = grouped["reward_count"].to_numpy()
@@ -802,8 +821,8 @@ def _overall(episodes: pd.DataFrame) -> dict[str, Any]:
     """``_aggregates`` of all the episodes in one group (no episodes: none, no mean, no rates)."""
     if episodes.empty:
         return {"episodes": 0, "errors": 0}
-    row: dict[str, Any] = _aggregates(episodes, []).drop(columns="_successes").iloc[0].to_dict()
-    return row
+    row = _aggregates(episodes, []).drop(columns="_successes").iloc[0]
+    return {str(name): value for name, value in row.items()}
 
 
 # -- the agent's own view: transcripts -----------------------------------------------------------------
@@ -871,13 +890,17 @@ def listing_frame(source: Source) -> pd.DataFrame:
     recorded = pc.is_in(ids, value_set=outcomes["session_id"].combine_chunks())
     parts = [frame.filter(pc.invert(recorded))]
     if pc.any(recorded).as_py():  # an evaluation's episodes: what its episode row recorded
-        parts.append(_recorded(frame.filter(recorded), outcomes, ("rollout", "reward", "finished", "duration_s", "error")))
+        parts.append(
+            _recorded(frame.filter(recorded), outcomes, ("rollout", "reward", "finished", "duration_s", "error"))
+        )
     return _typed(_in_order(parts, {**LISTING_COLUMNS, "order": _I64}), LISTING_COLUMNS)
 
 
 def finished_episodes(source: Source) -> dict[tuple[str, str, int, int], str]:
     """The episodes an evaluation finished without an error: (environment, split, task, rollout) -> session id."""
-    rows = _select(source, ["environment", "split", "task_index", "rollout", "session_id", "ok"], ["episode"], agent=True)
+    rows = _select(
+        source, ["environment", "split", "task_index", "rollout", "session_id", "ok"], ["episode"], agent=True
+    )
     rows = rows.filter(pc.fill_null(rows["ok"], False))
     keys = zip(*(rows[name].to_pylist() for name in ("environment", "split", "task_index", "rollout")), strict=True)
     return dict(zip(keys, rows["session_id"].to_pylist(), strict=True))

@@ -44,9 +44,9 @@ import pyarrow.parquet as pq
 from ors_lab.protocol.errors import TraceFormatError, TraceNotFoundError, TraceTooLargeError
 from ors_lab.recording.parts import (
     check_metadata,
+    kind_mask,
     part_files,
     part_format,
-    kind_mask,
     part_schema,
     parts_dir,
     read_checked,
@@ -485,7 +485,9 @@ def _read_parts(files: list[Path], skipped: dict[str, str] | None) -> pa.Table:
             if skipped is not None:
                 skipped[str(file)] = exc.message
         except FileNotFoundError as exc:
-            raise TraceFormatError(f"{file} is gone since the trace was loaded (finished or moved): load it again") from exc
+            raise TraceFormatError(
+                f"{file} is gone since the trace was loaded (finished or moved): load it again"
+            ) from exc
     if skipped is None:
         _refuse(bad)
     # each part's metadata is the running one (servers seen so far): the last part's is whole

@@ -34,6 +34,7 @@ __all__ = [
     "PART_GLOB",
     "check_appendable",
     "check_metadata",
+    "kind_mask",
     "part_files",
     "part_format",
     "part_schema",
@@ -43,7 +44,6 @@ __all__ = [
     "read_trace_file",
     "remove_stale",
     "reopen",
-    "kind_mask",
     "select_rows",
 ]
 
