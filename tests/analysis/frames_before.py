@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -17,28 +16,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
+from ors_lab.analysis.frames import (
+    CALLS_COLUMNS,
+    EPISODES_COLUMNS,
+    ERRORS_COLUMNS,
+    LISTING_COLUMNS,
+    SESSIONS_COLUMNS,
+    STEPS_COLUMNS,
+    SUMMARY_COLUMNS,
+    TASKS_COLUMNS,
+    TOKENS,
+    TRANSCRIPTS_COLUMNS,
+    Summary,
+    default_ks,
+    error_types,
+    pass_columns,
+)
 from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k, reduce_reward, stderr
 from ors_lab.notebook.turns import STREAM_KINDS, join_stream, output_text
 
 __all__ = [
-    "CALLS_COLUMNS",
-    "EPISODES_COLUMNS",
-    "ERRORS_COLUMNS",
-    "FRAMES",
-    "SESSIONS_COLUMNS",
-    "STEPS_COLUMNS",
-    "SUMMARY_COLUMNS",
-    "TASKS_COLUMNS",
-    "TRANSCRIPTS_COLUMNS",
-    "Summary",
     "calls_frame",
     "episodes_frame",
-    "error_types",
     "errors_frame",
-    "events_frame",
     "finished_episodes",
     "listing_frame",
-    "pass_columns",
     "sessions_frame",
     "steps_frame",
     "summary_frame",
@@ -46,171 +48,7 @@ __all__ = [
     "transcripts_frame",
 ]
 
-_STR, _I64, _I32, _F64, _BOOL = pa.string(), pa.int64(), pa.int32(), pa.float64(), pa.bool_()
-_WALL = pa.timestamp("us", tz="UTC")
-TOKENS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens")
-
-CALLS_COLUMNS: dict[str, pa.DataType] = {
-    "session_id": _STR,
-    "call": _I32,
-    "environment": _STR,
-    "split": _STR,
-    "task_index": _I64,
-    "tool": _STR,
-    "input": _STR,
-    "output": _STR,
-    "task_id": _STR,
-    "outcome": _STR,  # "result" or "call_error"
-    "ok": _BOOL,
-    "reward": _F64,
-    "finished": _BOOL,
-    "error": _STR,
-    "reason": _STR,
-    "started": _WALL,
-    "ttfb_ms": _F64,
-    "duration_ms": _F64,
-    "chunks": _I64,
-    "pings": _I64,
-    "bytes": _I64,
-    "attempts": _I32,
-}
-SESSIONS_COLUMNS: dict[str, pa.DataType] = {
-    "session_id": _STR,
-    "environment": _STR,
-    "split": _STR,
-    "task_index": _I64,
-    "task": _STR,
-    "opened": _WALL,
-    "closed": _WALL,
-    "duration_s": _F64,
-    "calls": _I64,
-    "errors": _I64,
-    "pings": _I64,
-}
-STEPS_COLUMNS: dict[str, pa.DataType] = {
-    "environment": _STR,
-    "split": _STR,
-    "task_index": _I64,
-    "rollout": _I64,
-    "session_id": _STR,
-    "step": _I64,
-    "call": _I32,
-    "tool": _STR,
-    "input": _STR,
-    "ok": _BOOL,
-    "reward": _F64,
-    "finished": _BOOL,
-    "error": _STR,
-    "reason": _STR,
-    "duration_ms": _F64,
-}
-EPISODES_COLUMNS: dict[str, pa.DataType] = {
-    "environment": _STR,
-    "split": _STR,
-    "task_index": _I64,
-    "task": _STR,
-    "rollout": _I64,
-    "session_id": _STR,
-    "reward": _F64,
-    "total_reward": _F64,
-    "final_reward": _F64,
-    "finished": _BOOL,
-    "success": _BOOL,
-    "steps": _I64,
-    "errors": _I64,
-    "finish_reason": _STR,
-    "duration_s": _F64,
-    "started": _WALL,
-    "error": _STR,
-    "error_type": _STR,
-    **dict.fromkeys(TOKENS, _I64),
-}
-TASKS_COLUMNS: dict[str, pa.DataType] = {
-    "environment": _STR,
-    "split": _STR,
-    "task_index": _I64,
-    "task": _STR,
-    "episodes": _I64,
-    "mean_reward": _F64,
-    "stderr": _F64,
-    "success_rate": _F64,
-    "finished_rate": _F64,
-    "mean_steps": _F64,
-    "errors": _I64,
-    **dict.fromkeys(TOKENS, _I64),
-}
-"""Then one ``pass@k`` column (double) per k of ``pass_columns``."""
-ERRORS_COLUMNS: dict[str, pa.DataType] = {
-    "environment": _STR,
-    "split": _STR,
-    "task_index": _I64,
-    "rollout": _I64,
-    "session_id": _STR,
-    "error_type": _STR,
-    "error": _STR,
-    "steps": _I64,
-}
-SUMMARY_COLUMNS: dict[str, pa.DataType] = {
-    "environments": _STR,
-    "splits": _STR,
-    "episodes": _I64,
-    "tasks": _I64,
-    "mean_reward": _F64,
-    "stderr": _F64,
-    "success_rate": _F64,
-    "finished_rate": _F64,
-    "mean_steps": _F64,
-    "errors": _I64,
-    "error_types": _STR,
-    **dict.fromkeys(TOKENS, _I64),
-}
-"""Then one ``pass@k`` column (double) per k of ``pass_columns``: the mean over the tasks."""
-TRANSCRIPTS_COLUMNS: dict[str, pa.DataType] = {
-    "environment": _STR,
-    "split": _STR,
-    "task_index": _I64,
-    "rollout": _I64,
-    "session_id": _STR,
-    "turn": _I64,
-    "block": _STR,
-    "reasoning": _STR,
-    "text": _STR,
-    "tool_calls": _STR,
-    "calls": _I64,
-    "reward": _F64,
-    "error": _STR,
-}
-LISTING_COLUMNS: dict[str, pa.DataType] = {
-    "session_id": _STR,
-    "environment": _STR,
-    "split": _STR,
-    "task_index": _I64,
-    "rollout": _I64,
-    "reward": _F64,
-    "finished": _BOOL,
-    "steps": _I64,
-    "errors": _I64,
-    "duration_s": _F64,
-    "started": _WALL,
-    "error": _STR,
-}
-"""The trace viewer's list (not a documented frame: the viewer's own; its values are the episodes')."""
-FRAMES = {
-    "calls": CALLS_COLUMNS,
-    "sessions": SESSIONS_COLUMNS,
-    "steps": STEPS_COLUMNS,
-    "episodes": EPISODES_COLUMNS,
-    "tasks": TASKS_COLUMNS,
-    "errors": ERRORS_COLUMNS,
-    "summary": SUMMARY_COLUMNS,
-    "transcripts": TRANSCRIPTS_COLUMNS,
-}
-"""Every derived frame's declared columns (``docs/trace-format.md`` documents them; a test keeps both in step)."""
-
-
-def pass_columns(ks: Sequence[int]) -> dict[str, pa.DataType]:
-    """The ``pass@k`` columns for ``ks``."""
-    return {f"pass@{k}": _F64 for k in ks}
+_STR, _I64, _F64, _BOOL = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 
 
 def _typed(frame: pd.DataFrame, columns: Mapping[str, pa.DataType]) -> pd.DataFrame:
@@ -533,16 +371,6 @@ def _aggregate(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def default_ks(episodes: pd.DataFrame) -> list[int]:
-    """1, and the number of rollouts per task (the largest rollout number + 1, else the most episodes a task has)."""
-    if episodes.empty:
-        return [1]
-    rollouts = episodes["rollout"].dropna()
-    k = int(rollouts.max()) + 1 if len(rollouts) else int(episodes.groupby(["environment", "split", "task_index"],
-                                                                            dropna=False).size().max())  # fmt: skip
-    return sorted({1, k})
-
-
 def tasks_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> pd.DataFrame:
     """One row per task (environment, split, task index or spec): its episodes aggregated, and pass@k."""
     ks = default_ks(episodes) if ks is None else ks
@@ -557,58 +385,6 @@ def tasks_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> pd.D
 def errors_frame(episodes: pd.DataFrame) -> pd.DataFrame:
     """One row per episode that failed, with the error's type and message."""
     return _typed(episodes[episodes["error"].notna()].reset_index(drop=True), ERRORS_COLUMNS)
-
-
-class Summary(pd.DataFrame):
-    """A run's summary: a one-row DataFrame (columns and dtypes declared in ``SUMMARY_COLUMNS``) that
-    shows itself as a short vertical table, one line per figure, so that nothing is clipped.
-
-    It is a DataFrame in every other way: ``summary()["mean_reward"]``, ``summary().iloc[0]``;
-    ``vertical()`` is the table it shows (a plain frame, one ``value`` column indexed by the
-    figure's name: numbers to 4 significant digits, tokens no agent reported left out). Whatever
-    is derived from it (a selection, a copy) is a plain DataFrame.
-    """
-
-    @property
-    def _constructor(self) -> type[pd.DataFrame]:
-        return pd.DataFrame
-
-    def vertical(self) -> pd.DataFrame:
-        """The figures, one row each: a ``value`` column of text, indexed by the figure's name."""
-        if len(self) != 1:
-            return pd.DataFrame(self).T
-        shown: dict[str, str] = {}
-        for name, value in pd.DataFrame(self).iloc[0].items():
-            if name in (*TOKENS, "error_types") and _missing(value):
-                continue  # tokens no agent reported; the types of errors there were not
-            shown[str(name)] = _shown(value)
-        return pd.DataFrame({"value": shown})
-
-    def __repr__(self) -> str:
-        return repr(self.vertical())
-
-    def _repr_html_(self) -> str | None:
-        shown: Any = self.vertical()
-        html: str | None = shown._repr_html_()
-        return html
-
-
-def _shown(value: Any) -> str:
-    if _missing(value):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def error_types(episodes: pd.DataFrame) -> str | None:
-    """The failed episodes' error types with their counts, the most common first
-    (``"ReplayMismatchError ×10, TimeoutError ×2"``); None when none failed."""
-    failed = episodes[episodes["error"].notna()]
-    if failed.empty:
-        return None
-    counts = Counter("error" if _missing(kind) else str(kind) for kind in failed["error_type"])
-    return ", ".join(f"{kind} ×{count}" for kind, count in counts.most_common())
 
 
 def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Summary:
