@@ -1,10 +1,16 @@
 """The DataFrames of a run, built from the trace's rows; every frame's columns and dtypes are declared here.
 
-Each builder takes an Arrow table of trace rows: a loaded trace's (``Trace``), or the rows an
-evaluation keeps in memory (``EvalResult``), so a run's episodes are the same frame however they
-are looked at. Only the columns a frame needs are taken from the table, and the work is done by
-Arrow and pandas over whole columns. All columns are Arrow-backed (``pd.ArrowDtype``): nullable
-integers and booleans stay what they are, strings stay Arrow strings.
+Each builder takes a ``Source`` of trace rows: a loaded ``Trace``, read where it lies (its
+``select``/``scan`` read only the columns and row groups a frame asks for), or an Arrow table (the
+rows an evaluation keeps in memory, ``EvalResult``), so a run's episodes are the same frame however
+they are looked at. The work is Arrow's (``pyarrow.compute``, ``Table.group_by`` with its ordered
+"first"/"last", hash lookups by ``index_in`` for joins that keep the left order), over whole
+columns; Python runs once per task (the exact mean and stderr, pass@k) or per call (its output
+text), never per row, and pandas only takes the finished tables. ``episodes`` (with ``tasks``,
+``errors``, ``summary`` and the viewer's ``listing``) reads the few kinds of rows an episode is made
+of in one pass, a piece at a time, each kind slimmed to what is taken of it (``_EpisodeRows``).
+All columns are Arrow-backed (``pd.ArrowDtype``): nullable integers and booleans stay what they
+are, strings stay Arrow strings.
 
 - ``events``: every row; ``calls``: one row per tool call (the ``http``, ``sse`` and ``call``
   rows that share a session and call number); ``sessions``: one row per session that opened;
