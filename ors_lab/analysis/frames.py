@@ -34,6 +34,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import pairwise
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
 import numpy as np
@@ -313,6 +314,8 @@ def _numbered(table: pa.Table) -> pa.Table:
 
 def _ends(table: pa.Table, keys: list[str], last: bool = True) -> pa.Table:
     """The last (or first) row of each group of ``keys``, in the order of those rows in ``table``."""
+    if keys == [_SID]:  # integer codes: by numpy, without hashing
+        return table.take(_coded_ends(_codes(table[_SID]), last))
     which = "max" if last else "min"
     places = pa.table({**{key: table[key] for key in keys}, "_at": np.arange(table.num_rows, dtype=np.int64)})
     picked = places.group_by(keys, use_threads=False).aggregate([("_at", which)])[f"_at_{which}"]
@@ -399,34 +402,67 @@ def _json(text: str) -> Any:
 
 def sessions_frame(source: Source) -> pd.DataFrame:
     """One row per session that opened."""
-    return _typed(_pandas(_sessions(_episode_rows(source, outcomes=False))), SESSIONS_COLUMNS)
+    return _typed(_pandas(_sessions(_coded(_episode_rows(source, outcomes=False))[0])), SESSIONS_COLUMNS)
 
 
 def _sessions(rows: _EpisodeRows) -> pa.Table:
-    """The sessions frame as an Arrow table: each session's first ``open`` row, its confirmed close, its counts."""
-    opened = _ends(rows.opens, ["session_id"], last=False)
-    ids = opened["session_id"]
-    counts = _at(ids, rows.counts.group_by("session_id").aggregate([(name, "sum") for name in _COUNTED]))
-    closed = _at(ids, _ends(rows.closes, ["session_id"]))["wall"]
+    """The sessions frame as an Arrow table, with ``_sid``: each session's first ``open`` row, its confirmed
+    close, its counts (of ``rows`` made ``_coded``)."""
+    opened = _ends(rows.opens, [_SID], last=False)
+    ids = opened[_SID]
+    kind, counted, at = rows.counts["kind"], _codes(rows.counts[_SID]), _codes(ids)
+    size = int(max(counted.max(initial=-1), at.max(initial=-1))) + 1
+    counts = {name: np.bincount(counted[pc.is_in(kind, value_set=pa.array(list(of))).to_numpy(zero_copy_only=False)],
+                                minlength=size)[at] for name, of in _COUNTED.items()}  # fmt: skip
+    closed = _at(ids, _ends(rows.closes, [_SID]), _SID)["wall"]
     seconds = pc.divide(pc.cast(pc.subtract(closed, opened["wall"]), pa.int64()), 1e6)  # as pandas' total_seconds
-    where = {name: opened[name] for name in ("session_id", "environment", "split", "task_index", "task")}
+    where = {name: opened[name] for name in ("session_id", "environment", "split", "task_index", "task", _SID)}
     return _table(pa.table({**where, "opened": opened["wall"], "closed": closed, "duration_s": seconds,
-                            **{name: pc.fill_null(counts[f"{name}_sum"], 0) for name in _COUNTED}}),
-                  SESSIONS_COLUMNS)  # fmt: skip
+                            **counts}),
+                  {**SESSIONS_COLUMNS, _SID: _I64})  # fmt: skip
 
 
 def _at(keys: pa.Array | pa.ChunkedArray, table: pa.Table, key: str = "session_id") -> pa.Table:
     """The rows of ``table`` (whose ``key`` is unique) for each of ``keys``, in their order; null rows for the
     keys it lacks (a join that keeps the left order, by Arrow's hash lookup)."""
+    if key == _SID:  # integer codes: a lookup array, without hashing
+        return table.take(_coded_at(_codes(keys), _codes(table[_SID])))
     return table.take(pc.index_in(keys, value_set=table[key].combine_chunks()))
+
+
+def _codes(codes: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """``_SID`` codes as a numpy array."""
+    return np.asarray(codes.to_numpy(), dtype=np.int64)
+
+
+def _coded_ends(codes: np.ndarray, last: bool) -> np.ndarray:
+    """The places of each code's last (or first) occurrence in ``codes``, ascending."""
+    n = len(codes)
+    if not n:
+        return np.zeros(0, np.int64)
+    places = np.full(int(codes.max()) + 1, -1 if last else n, np.int64)
+    (np.maximum if last else np.minimum).at(places, codes, np.arange(n, dtype=np.int64))
+    chosen = np.zeros(n, np.bool_)
+    chosen[places[(places >= 0) & (places < n)]] = True
+    return np.flatnonzero(chosen)
+
+
+def _coded_at(keys: np.ndarray, codes: np.ndarray) -> pa.Array:
+    """For each of ``keys``, its place in ``codes`` (each code there once), null where it is not."""
+    size = int(max(keys.max(initial=-1), codes.max(initial=-1))) + 1
+    places = np.full(size, -1, np.int64)
+    places[codes] = np.arange(len(codes), dtype=np.int64)
+    found = places[keys]
+    return pa.array(found, mask=found < 0)
 
 
 # -- steps, episodes, tasks: the run's view ------------------------------------------------------------
 
 
-def _rollouts(rows: _EpisodeRows) -> pa.Table:
-    """session_id -> rollout (a table), from the evaluation's ``start`` and ``episode`` rows: the last given."""
-    return _ends(rows.rollouts, ["session_id"])
+def _rollouts(rows: _EpisodeRows, key: str = "session_id") -> pa.Table:
+    """``key`` (the session id, or its ``_sid`` in rows ``_coded``) -> rollout (a table), from the evaluation's
+    ``start`` and ``episode`` rows: the last given."""
+    return _ends(rows.rollouts, [key])
 
 
 def steps_frame(source: Source, calls: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -445,17 +481,17 @@ def steps_frame(source: Source, calls: pd.DataFrame | None = None) -> pd.DataFra
 
 
 def _step_counts(rows: _EpisodeRows) -> pa.Table:
-    """session_id -> its ``steps`` (calls whose last ``result`` or ``call_error`` row is a result), from those
+    """_sid -> its ``steps`` (calls whose last ``result`` or ``call_error`` row is a result), from those
     rows alone."""
     ends = rows.ends.filter(pc.and_(pc.is_valid(rows.ends["call"]), pc.is_valid(rows.ends["session_id"])))
-    ends = _ends(ends, ["session_id", "call"])
-    return _counted(ends.filter(pc.equal(ends["kind"], "result"))["session_id"])
+    ends = _ends(ends, [_SID, "call"])
+    return _counted(ends.filter(pc.equal(ends["kind"], "result"))[_SID])
 
 
 def _counted(sessions: pa.ChunkedArray | pa.Array) -> pa.Table:
-    """session_id -> how many times it is in ``sessions`` (``steps``)."""
-    counts = pa.table({"session_id": sessions}).group_by("session_id").aggregate([("session_id", "count")])
-    return pa.table({"session_id": counts["session_id"], "steps": counts["session_id_count"]})
+    """_sid -> how many times it is in ``sessions`` (``steps``)."""
+    counts = pa.table({_SID: sessions}).group_by(_SID).aggregate([(_SID, "count")])
+    return pa.table({_SID: counts[_SID], "steps": counts[f"{_SID}_count"]})
 
 
 _OUTCOME = pa.schema(
@@ -474,7 +510,7 @@ _OUTCOME = pa.schema(
 
 def _outcomes(rows: _EpisodeRows) -> pa.Table:
     """The last ``episode`` row of each session (a table): its typed columns, and what its record adds."""
-    return _ends(rows.outcomes, ["session_id"])
+    return _ends(rows.outcomes, [_SID])
 
 
 def _outcome_rows(episodes: pa.Table) -> pa.Table:
@@ -516,6 +552,7 @@ _EPISODE_KINDS = ["open", "close", "ping", "result", "call_error", "start", "epi
 _OUTCOME_ROWS = ["session_id", "environment", "split", "task_index", "rollout", "reward", "finished", "error", "data",
                  *TOKENS]  # fmt: skip
 _COUNTED = {"calls": ("result", "call_error"), "errors": ("call_error",), "pings": ("ping",)}
+_COUNTED_KINDS = pa.array(sorted({kind for kinds in _COUNTED.values() for kind in kinds}))
 
 
 class _EpisodeRows(NamedTuple):
@@ -524,7 +561,7 @@ class _EpisodeRows(NamedTuple):
 
     opens: pa.Table  # session_id, wall, environment, split, task_index, task: the ORS open rows
     closes: pa.Table  # session_id, wall: the ORS close rows that were not refused (ok false: the delete failed)
-    counts: pa.Table  # session_id, calls, errors, pings: summed a piece at a time
+    counts: pa.Table  # session_id, kind: the ORS rows counted (``_COUNTED``)
     ends: pa.Table  # session_id, call, kind, reward, finished: the ORS result and call_error rows
     rollouts: pa.Table  # session_id, rollout: the agent's start and episode rows that name one
     outcomes: pa.Table  # the agent's episode rows, their records read (without the record's text)
@@ -549,8 +586,8 @@ def _episode_rows(source: Source, *, outcomes: bool = True) -> _EpisodeRows:
                 keep(pending.popleft())
         for split in pending:
             keep(split)
-    return _EpisodeRows(*(pa.concat_tables(tables) if tables else _EMPTY[name].empty_table()
-                          for name, tables in kept.items()))  # fmt: skip
+    return _EpisodeRows(*(pa.concat_tables(tables).combine_chunks() if tables else _EMPTY[name].empty_table()
+                          for name, tables in kept.items()))  # fmt: skip  # one chunk: Arrow's take is slow over many
 
 
 def _split(piece: pa.Table, outcomes: bool) -> dict[str, pa.Table]:
@@ -563,11 +600,10 @@ def _split(piece: pa.Table, outcomes: bool) -> dict[str, pa.Table]:
     def rows(mask: pa.ChunkedArray, names: Sequence[str]) -> pa.Table:
         return piece.select(list(names)).filter(mask)
 
-    counted = {name: pc.cast(pc.is_in(kind, value_set=pa.array(list(of))), pa.int64()) for name, of in _COUNTED.items()}
     return {
         "opens": rows(pc.and_(mine, pc.equal(kind, "open")), _EMPTY["opens"].names),
         "closes": rows(pc.and_(pc.and_(mine, pc.equal(kind, "close")), pc.invert(refused)), ["session_id", "wall"]),
-        "counts": _summed(pa.table({"session_id": piece["session_id"], **counted}).filter(mine)),
+        "counts": rows(pc.and_(mine, pc.is_in(kind, value_set=_COUNTED_KINDS)), ["session_id", "kind"]),
         "ends": rows(pc.and_(pc.invert(agent), pc.is_in(kind, value_set=pa.array(["result", "call_error"]))),
                      _EMPTY["ends"].names),
         "rollouts": rows(pc.and_(pc.and_(agent, pc.is_in(kind, value_set=pa.array(["start", "episode"]))),
@@ -577,10 +613,25 @@ def _split(piece: pa.Table, outcomes: bool) -> dict[str, pa.Table]:
     }  # fmt: skip
 
 
-def _summed(counted: pa.Table) -> pa.Table:
-    """``_COUNTED``'s counts summed by session."""
-    sums = counted.group_by("session_id").aggregate([(name, "sum") for name in _COUNTED])
-    return pa.table({**{name: sums[f"{name}_sum"] for name in _COUNTED}, "session_id": sums["session_id"]})
+_SID = "_sid"
+"""The column ``_coded`` adds: a row's session id as an integer code (what groups and joins are keyed by)."""
+
+
+def _coded(rows: _EpisodeRows, *more: pa.Array | pa.ChunkedArray) -> tuple[_EpisodeRows, pa.Array, list[pa.Array]]:
+    """``rows`` with ``_SID`` in each table: every session id (of ``rows`` and of ``more``) encoded once as an
+    integer code, so that groups and joins by session hash integers, not strings (a null id a code of its own:
+    a group, and a match, as Arrow's group_by and index_in take it); the ids (code -> id), and the codes of
+    ``more``."""
+    tables = [*(table["session_id"] for table in rows), *(pa.chunked_array([ids]) if isinstance(ids, pa.Array)
+                                                           else ids for ids in more)]  # fmt: skip
+    chunks = [chunk for ids in tables for chunk in ids.chunks] or [pa.array([], _STR)]
+    encoded = pc.dictionary_encode(pa.chunked_array(chunks, _STR), null_encoding="encode")
+    codes = pa.chunked_array([chunk.indices for chunk in encoded.chunks], pa.int32()).cast(_I64)
+    bounds = np.cumsum([0, *(len(ids) for ids in tables)])
+    parts = [codes.slice(start, end - start) for start, end in pairwise(bounds)]
+    coded = _EpisodeRows(*(table.append_column(_SID, part) for table, part in zip(rows, parts, strict=False)))
+    names = encoded.chunks[0].dictionary if encoded.num_chunks else pa.array([], _STR)  # one, shared by the chunks
+    return coded, names, [part.combine_chunks() for part in parts[len(rows) :]]
 
 
 def _fields(*names: str) -> pa.Schema:
@@ -590,7 +641,7 @@ def _fields(*names: str) -> pa.Schema:
 _EMPTY = {
     "opens": _fields("session_id", "wall", "environment", "split", "task_index", "task"),
     "closes": _fields("session_id", "wall"),
-    "counts": pa.schema([*(pa.field(name, _I64) for name in _COUNTED), pa.field("session_id", _STR)]),
+    "counts": _fields("session_id", "kind"),
     "ends": _fields("session_id", "call", "kind", "reward", "finished"),
     "rollouts": _fields("session_id", "rollout"),
     "outcomes": pa.schema([*_fields(*(n for n in _OUTCOME_ROWS if n != "data")), *_OUTCOME]),
@@ -614,20 +665,22 @@ def episodes_frame(
     counted from the ``result`` and ``call_error`` rows alone).
     """
     check_reduction(reward)
-    rows = _episode_rows(source)
-    opened = _sessions(rows) if sessions is None else _table(sessions, SESSIONS_COLUMNS)
+    given = _table(sessions, SESSIONS_COLUMNS) if sessions is not None else None
+    counted = [] if steps is None else [_arrow(steps["session_id"], _STR)]
+    rows, names, codes = _coded(_episode_rows(source), *([] if given is None else [given["session_id"]]), *counted)
+    opened = _sessions(rows) if given is None else given.append_column(_SID, codes[0])
     outcomes = _outcomes(rows)
-    ids = pc.unique(pa.concat_arrays([opened["session_id"].combine_chunks(), outcomes["session_id"].combine_chunks()]))
+    ids, sid = _episode_ids(opened, outcomes, names)
     if not len(ids):
         return _typed(pd.DataFrame(), EPISODES_COLUMNS)
-    known = _at(ids, opened)
-    counts = _step_counts(rows) if steps is None else _counted(_arrow(steps["session_id"], _STR))
+    known = _at(sid, opened, _SID)
+    counts = _step_counts(rows) if steps is None else _counted(codes[-1])
     frame = pa.table({
         "session_id": ids, **{name: known[name] for name in ("environment", "split", "task_index", "task")},
-        "errors": pc.fill_null(known["errors"], 0), "steps": pc.fill_null(_at(ids, counts)["steps"], 0),
-        "order": np.arange(len(ids), dtype=np.int64),
+        "errors": pc.fill_null(known["errors"], 0), "steps": pc.fill_null(_at(sid, counts, _SID)["steps"], 0),
+        "order": np.arange(len(ids), dtype=np.int64), _SID: sid,
     })  # fmt: skip
-    recorded = pc.is_in(ids, value_set=outcomes["session_id"].combine_chunks())
+    recorded = pc.is_in(sid, value_set=outcomes[_SID].combine_chunks())
     parts = []
     if not pc.all(recorded).as_py():  # sessions no evaluation ran: their steps reduced here
         steps = steps_frame(source) if steps is None else steps
@@ -661,11 +714,18 @@ def _reduced(bare: pd.DataFrame, steps: pd.DataFrame, opened: pd.DataFrame, roll
     return bare
 
 
+def _episode_ids(opened: pa.Table, outcomes: pa.Table, names: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """The episodes' session ids (those that opened, then those only an episode row names; each once) and
+    their codes (``_SID``; ``names``: code -> id)."""
+    sid = pc.unique(pa.concat_arrays([opened[_SID].combine_chunks(), outcomes[_SID].combine_chunks()]))
+    return names.take(sid), sid
+
+
 def _recorded(frame: pa.Table, outcomes: pa.Table, names: Sequence[str]) -> pa.Table:
     """An evaluation's episodes as their ``episode`` rows recorded them: ``names`` and the start taken from there
-    (where, the row's where it says, else the session's)."""
-    outcome = _at(frame["session_id"], outcomes)
-    mine = {name: frame[name] for name in frame.column_names}
+    (where, the row's where it says, else the session's); both tables ``_coded``."""
+    outcome = _at(frame[_SID], outcomes, _SID)
+    mine = {name: frame[name] for name in frame.column_names if name != _SID}
     for name in ("environment", "split", "task_index"):
         mine[name] = pc.coalesce(outcome[name], frame[name])
     started = outcome["started"].to_numpy(zero_copy_only=False) * 1e6  # seconds since the epoch, null as NaN
@@ -876,24 +936,25 @@ def listing_frame(source: Source) -> pd.DataFrame:
     ``call_error``, ``start`` and ``episode`` rows by Arrow alone, without the per-call frames.
 
     A session no evaluation ran takes the sum of its rewards (``episodes``' default reduction)."""
-    rows = _episode_rows(source)  # one pass over the trace; the rest is small
+    rows, names, _ = _coded(_episode_rows(source))  # one pass over the trace; the rest is small
     opened, outcomes = _sessions(rows), _outcomes(rows)
-    ids = pc.unique(pa.concat_arrays([opened["session_id"].combine_chunks(), outcomes["session_id"].combine_chunks()]))
+    ids, sid = _episode_ids(opened, outcomes, names)
     if not len(ids):
         return _typed(pd.DataFrame(), LISTING_COLUMNS)
-    known = _at(ids, opened)
-    results = rows.ends.filter(pc.equal(rows.ends["kind"], "result")).select(["session_id", "reward", "finished"])
-    per = _at(ids, results.group_by("session_id").aggregate(
-        [("reward", "sum"), ("reward", "count"), ("finished", "any"), ("session_id", "count")]))  # fmt: skip
+    known = _at(sid, opened, _SID)
+    results = rows.ends.filter(pc.equal(rows.ends["kind"], "result")).select([_SID, "reward", "finished"])
+    per = _at(sid, results.group_by(_SID).aggregate(
+        [("reward", "sum"), ("reward", "count"), ("finished", "any"), (_SID, "count")]), _SID)  # fmt: skip
     rewarded = pc.fill_null(pc.greater(per["reward_count"], 0), False)
     frame = pa.table({
         "session_id": ids, **{name: known[name] for name in ("environment", "split", "task_index")},
-        "steps": pc.fill_null(per["session_id_count"], 0), "errors": pc.fill_null(known["errors"], 0),
+        "steps": pc.fill_null(per[f"{_SID}_count"], 0), "errors": pc.fill_null(known["errors"], 0),
         "reward": pc.if_else(rewarded, per["reward_sum"], 0.0), "finished": pc.fill_null(per["finished_any"], False),
-        "rollout": _at(ids, _rollouts(rows))["rollout"], "duration_s": known["duration_s"], "started": known["opened"],
-        "error": pa.nulls(len(ids), _STR), "order": np.arange(len(ids), dtype=np.int64),
+        "rollout": _at(sid, _rollouts(rows, _SID), _SID)["rollout"], "duration_s": known["duration_s"],
+        "started": known["opened"], "error": pa.nulls(len(ids), _STR), "order": np.arange(len(ids), dtype=np.int64),
+        _SID: sid,
     })  # fmt: skip
-    recorded = pc.is_in(ids, value_set=outcomes["session_id"].combine_chunks())
+    recorded = pc.is_in(sid, value_set=outcomes[_SID].combine_chunks())
     parts = [frame.filter(pc.invert(recorded))]
     if pc.any(recorded).as_py():  # an evaluation's episodes: what its episode row recorded
         parts.append(
