@@ -1,10 +1,16 @@
 """The DataFrames of a run, built from the trace's rows; every frame's columns and dtypes are declared here.
 
-Each builder takes an Arrow table of trace rows: a loaded trace's (``Trace``), or the rows an
-evaluation keeps in memory (``EvalResult``), so a run's episodes are the same frame however they
-are looked at. Only the columns a frame needs are taken from the table, and the work is done by
-Arrow and pandas over whole columns. All columns are Arrow-backed (``pd.ArrowDtype``): nullable
-integers and booleans stay what they are, strings stay Arrow strings.
+Each builder takes a ``Source`` of trace rows: a loaded ``Trace``, read where it lies (its
+``select``/``scan`` read only the columns and row groups a frame asks for), or an Arrow table (the
+rows an evaluation keeps in memory, ``EvalResult``), so a run's episodes are the same frame however
+they are looked at. The work is Arrow's (``pyarrow.compute``, ``Table.group_by`` with its ordered
+"first"/"last", hash lookups by ``index_in`` for joins that keep the left order), over whole
+columns; Python runs once per task (the exact mean and stderr, pass@k) or per call (its output
+text), never per row, and pandas only takes the finished tables. ``episodes`` (with ``tasks``,
+``errors``, ``summary`` and the viewer's ``listing``) reads the few kinds of rows an episode is made
+of in one pass, a piece at a time, each kind slimmed to what is taken of it (``_EpisodeRows``).
+All columns are Arrow-backed (``pd.ArrowDtype``): nullable integers and booleans stay what they
+are, strings stay Arrow strings.
 
 - ``events``: every row; ``calls``: one row per tool call (the ``http``, ``sse`` and ``call``
   rows that share a session and call number); ``sessions``: one row per session that opened;
@@ -23,13 +29,15 @@ integers and booleans stay what they are, strings stay Arrow strings.
 
 from __future__ import annotations
 
-import io
 import json
 import math
-from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections import Counter, deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import pairwise
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +45,8 @@ import pyarrow.json as pa_json
 
 from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k, reduce_reward, stderr
 from ors_lab.notebook.turns import STREAM_KINDS, join_stream, output_text
+from ors_lab.recording.parts import select_rows
+from ors_lab.recording.schema import SCHEMA
 
 __all__ = [
     "CALLS_COLUMNS",
@@ -48,6 +58,8 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "TASKS_COLUMNS",
     "TRANSCRIPTS_COLUMNS",
+    "Rows",
+    "Source",
     "Summary",
     "calls_frame",
     "episodes_frame",
@@ -231,18 +243,26 @@ def pass_columns(ks: Sequence[int]) -> dict[str, pa.DataType]:
     return {f"pass@{k}": _F64 for k in ks}
 
 
-def _typed(frame: pd.DataFrame, columns: Mapping[str, pa.DataType]) -> pd.DataFrame:
+def _typed(frame: pd.DataFrame | pa.Table, columns: Mapping[str, pa.DataType]) -> pd.DataFrame:
     """The frame with exactly the declared columns, in order, as Arrow-backed dtypes."""
-    out = pd.DataFrame(index=pd.RangeIndex(len(frame)))
-    for name, kind in columns.items():
-        values = frame[name] if name in frame else pd.Series([None] * len(frame), dtype="object")
-        out[name] = pd.Series(_arrow(values, kind), dtype=pd.ArrowDtype(kind))
-    return out
+    return _pandas(_table(frame, columns))
+
+
+def _table(frame: pd.DataFrame | pa.Table, columns: Mapping[str, pa.DataType]) -> pa.Table:
+    """The frame (or table) as an Arrow table of exactly the declared columns, in order (null where it has none)."""
+    n = len(frame)
+    if isinstance(frame, pa.Table):
+        return pa.table({name: frame[name].cast(kind) if name in frame.column_names else pa.nulls(n, kind)
+                         for name, kind in columns.items()})  # fmt: skip
+    return pa.table({name: _arrow(frame[name], kind) if name in frame else pa.nulls(n, kind)
+                     for name, kind in columns.items()})  # fmt: skip
 
 
 def _arrow(values: pd.Series, kind: pa.DataType) -> pa.Array | pa.ChunkedArray:
     if isinstance(values.dtype, pd.ArrowDtype):
         return pa.chunked_array(values.array._pa_array).cast(kind)  # the Arrow data, without a round trip
+    if values.dtype != object:  # numbers, booleans, times of numpy: NaN and NaT are null
+        return pa.Array.from_pandas(values).cast(kind, safe=not pa.types.is_timestamp(kind))  # ns to us: truncated
     return pa.array([None if _missing(value) else value for value in values], type=kind)
 
 
@@ -250,95 +270,127 @@ def _missing(value: Any) -> bool:
     return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and value != value)
 
 
-def _rows(table: pa.Table, kinds: Sequence[str], columns: Sequence[str], *, agent: bool | None = None) -> pd.DataFrame:
-    """The rows of ``kinds`` (of the agent layer, or not of it, or both), with ``columns`` only."""
-    mask = pc.is_in(table["kind"], value_set=pa.array(list(kinds), pa.string()))
+class Rows(Protocol):
+    """Where a frame's rows come from besides an Arrow table: a ``Trace``, whose ``select`` reads only
+    the columns (and row groups) asked for from the file."""
+
+    def select(self, columns: Sequence[str], *, kinds: Sequence[str] | None = None) -> pa.Table: ...
+
+    def scan(self, columns: Sequence[str], *, kinds: Sequence[str] | None = None) -> Iterator[pa.Table]: ...
+
+
+Source: TypeAlias = pa.Table | Rows
+"""A trace's rows: a table in memory (an evaluation's), or a ``Trace`` read where it lies."""
+
+
+def _select(source: Source, columns: Sequence[str], kinds: Sequence[str] | None = None,
+            *, agent: bool | None = None) -> pa.Table:  # fmt: skip
+    """The rows of ``kinds`` (all when None; of the agent layer, or not of it, or both) with ``columns``."""
+    read = list(columns) if agent is None or "layer" in columns else [*columns, "layer"]
+    table = select_rows(source, read, kinds) if isinstance(source, pa.Table) else source.select(read, kinds=kinds)
     if agent is not None:
         layer = pc.equal(table["layer"], "agent")
-        mask = pc.and_(mask, layer if agent else pc.invert(layer))
-    frame: pd.DataFrame = table.filter(mask).select(list(columns)).to_pandas(types_mapper=pd.ArrowDtype)
-    return frame
+        table = table.filter(layer if agent else pc.invert(layer))
+    return table.select(list(columns))
 
 
-def events_frame(table: pa.Table) -> pd.DataFrame:
-    """Every event, every schema column."""
+def _pieces(source: Source, columns: Sequence[str], kinds: Sequence[str] | None = None) -> Iterator[pa.Table]:
+    """The rows of ``kinds`` with ``columns``, a piece at a time (a trace's few row groups; a table whole)."""
+    if isinstance(source, pa.Table):
+        yield select_rows(source, columns, kinds)
+    else:
+        yield from source.scan(columns, kinds=kinds)
+
+
+def _pandas(table: pa.Table) -> pd.DataFrame:
     frame: pd.DataFrame = table.to_pandas(types_mapper=pd.ArrowDtype)
     return frame
 
 
+def _numbered(table: pa.Table) -> pa.Table:
+    """The table with ``_row``: each row's place in it (what "first" and "last" are taken by)."""
+    return table.append_column("_row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+
+
+def _ends(table: pa.Table, keys: list[str], last: bool = True) -> pa.Table:
+    """The last (or first) row of each group of ``keys``, in the order of those rows in ``table``."""
+    if keys == [_SID]:  # integer codes: by numpy, without hashing
+        return table.take(_coded_ends(_codes(table[_SID]), last))
+    which = "max" if last else "min"
+    places = pa.table({**{key: table[key] for key in keys}, "_at": np.arange(table.num_rows, dtype=np.int64)})
+    picked = places.group_by(keys, use_threads=False).aggregate([("_at", which)])[f"_at_{which}"]
+    return table.take(np.sort(picked.to_numpy()))
+
+
+def events_frame(table: pa.Table) -> pd.DataFrame:
+    """Every event, every schema column."""
+    return _pandas(table)
+
+
 # -- calls and sessions: the wire's view ---------------------------------------------------------------
 
+_CALL_ROWS = ["session_id", "call", "layer", "kind", "t_ns", "wall", "attempt", "ttfb_ns", "size", "environment",
+              "split", "task_index", "tool", "input", "task_id", "ok", "reward", "finished", "error",
+              "reason"]  # fmt: skip
+_FIRST = ("environment", "split", "task_index", "tool", "input")
+_END = ("task_id", "ok", "reward", "finished", "error", "reason")
 
-def calls_frame(table: pa.Table) -> pd.DataFrame:
-    """One row per tool call, keyed by (session_id, call): the ORS rows that carry a call number."""
-    mask = pc.and_(pc.is_valid(table["call"]), pc.not_equal(table["layer"], "agent"))
+
+def calls_frame(source: Source, *, outputs: bool = True) -> pd.DataFrame:
+    """One row per tool call, keyed by (session_id, call): the ORS rows that carry a call number, grouped
+    by Arrow. ``outputs=False`` leaves the output out (and the stream rows it is read from unread)."""
     keys = ["session_id", "call"]
-    frame = (
-        table.filter(mask)
-        .select(
-            [
-                *keys,
-                "kind",
-                "t_ns",
-                "wall",
-                "attempt",
-                "ttfb_ns",
-                "size",
-                "environment",
-                "split",
-                "task_index",
-                "tool",
-                "input",
-                "task_id",
-                "ok",
-                "reward",
-                "finished",
-                "error",
-                "reason",
-                "event",
-                "data",
-            ]
-        )
-        .to_pandas(types_mapper=pd.ArrowDtype)
-    )
-    if frame.empty:
+    rows = _select(source, [*_CALL_ROWS, *(["event", "data"] if outputs else [])])
+    rows = _numbered(rows.filter(pc.and_(pc.and_(pc.is_valid(rows["call"]), pc.is_valid(rows["session_id"])),
+                                         pc.not_equal(rows["layer"], "agent"))))  # fmt: skip
+    if not rows.num_rows:
         return _typed(pd.DataFrame(), CALLS_COLUMNS)
-    kind = frame["kind"]
-    by = [frame[k] for k in keys]
-    grouped = frame.groupby(keys, sort=False)
-    base = grouped.agg(
-        environment=("environment", "first"),
-        split=("split", "first"),
-        task_index=("task_index", "first"),
-        tool=("tool", "first"),
-        input=("input", "first"),
-        start_ns=("t_ns", "min"),
-        started=("wall", "min"),
-        attempts=("attempt", "max"),
+    kind = rows["kind"]
+    chunk = pc.equal(kind, "chunk")
+    counted = pa.table({**{name: rows[name] for name in [*keys, "_row", "t_ns", "wall", "attempt", *_FIRST]},
+                        "chunks": pc.cast(chunk, pa.int64()), "pings": pc.cast(pc.equal(kind, "comment"), pa.int64()),
+                        "bytes": pc.fill_null(pc.if_else(chunk, rows["size"], 0), 0)})  # fmt: skip
+    base = counted.group_by(keys, use_threads=False).aggregate(
+        [
+            ("_row", "min"),
+            ("t_ns", "min"),
+            ("wall", "min"),
+            ("attempt", "max"),
+            ("chunks", "sum"),
+            ("pings", "sum"),
+            ("bytes", "sum"),
+            *((name, "first") for name in _FIRST),
+        ]
     )
-    base["chunks"] = (kind == "chunk").groupby(by, sort=False).sum()
-    base["pings"] = (kind == "comment").groupby(by, sort=False).sum()
-    base["bytes"] = frame["size"].where(kind == "chunk").groupby(by, sort=False).sum()
-    base["ttfb_ms"] = frame[kind == "response"].groupby(keys, sort=False)["ttfb_ns"].first() / 1e6
-    ends = frame[kind.isin(["result", "call_error"])].drop_duplicates(keys, keep="last").set_index(keys)
-    for name in ("task_id", "ok", "reward", "finished", "error", "reason"):
-        base[name] = ends[name]
-    base["outcome"] = ends["kind"]
-    base["duration_ms"] = (ends["t_ns"] - base["start_ns"]) / 1e6
-    base["output"] = _outputs(frame, keys)
-    return _typed(base.reset_index(), CALLS_COLUMNS)
+    responses = rows.filter(pc.equal(kind, "response")).select([*keys, "ttfb_ns"])
+    ttfb = responses.group_by(keys, use_threads=False).aggregate([("ttfb_ns", "first")])
+    ends = _ends(rows.filter(pc.is_in(kind, value_set=pa.array(["result", "call_error"]))), keys)
+    ends = ends.select([*keys, *_END, "kind", "t_ns"]).rename_columns([*keys, *_END, "outcome", "end_ns"])
+    calls = base.join(ttfb, keys, join_type="left outer").join(ends, keys, join_type="left outer")
+    if outputs:
+        calls = calls.join(_outputs(rows, keys), keys, join_type="left outer")
+    calls = calls.sort_by("_row_min")  # the calls in the order they began (a join keeps no order)
+    columns = {name: calls[name] for name in calls.column_names}
+    columns.update({"start_ns": calls["t_ns_min"], "started": calls["wall_min"], "attempts": calls["attempt_max"],
+                    "chunks": calls["chunks_sum"], "pings": calls["pings_sum"], "bytes": calls["bytes_sum"],
+                    **{name: calls[f"{name}_first"] for name in _FIRST},
+                    "ttfb_ms": pc.divide(calls["ttfb_ns_first"], 1e6),
+                    "duration_ms": pc.divide(pc.subtract(calls["end_ns"], calls["t_ns_min"]), 1e6)})  # fmt: skip
+    return _typed(pa.table(columns), CALLS_COLUMNS)
 
 
-def _outputs(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """Each call's output as text: the ``chunk`` and ``end`` events of its last stream joined (the
+def _outputs(rows: pa.Table, keys: list[str]) -> pa.Table:
+    """Each call's ``output`` as text: the ``chunk`` and ``end`` events of its last stream joined (the
     result's JSON), read by ``output_text``; null for a failed result or a stream that never ended."""
-    events = frame[(frame["kind"] == "event") & frame["event"].isin(["chunk", "end"])]
-    if events.empty:
-        return pd.Series([], dtype="object")
-    data = events["data"].fillna("")
-    payloads = data.groupby([events[k] for k in [*keys, "attempt"]], sort=False).agg("".join)
-    last = payloads.reset_index().drop_duplicates(keys, keep="last").set_index(keys)["data"]
-    return last.map(lambda payload: output_text(_json(payload)))
+    wanted = pc.and_(pc.equal(rows["kind"], "event"), pc.is_in(rows["event"], value_set=pa.array(["chunk", "end"])))
+    events = rows.filter(pc.and_(pc.fill_null(wanted, False), pc.is_valid(rows["attempt"])))
+    events = events.set_column(events.schema.get_field_index("data"), "data", pc.fill_null(events["data"], ""))
+    streams = events.group_by([*keys, "attempt"], use_threads=False).aggregate([("data", "list"), ("_row", "min")])
+    streams = streams.take(pc.sort_indices(streams["_row_min"]))  # the streams in the order they began
+    joined = pc.binary_join(streams["data_list"], pa.scalar("", pa.large_string()))
+    last = _ends(streams.select(keys).append_column("payload", joined), keys)
+    texts = [output_text(_json(payload)) for payload in last["payload"].to_pylist()]
+    return last.select(keys).append_column("output", pa.array(texts, _STR))
 
 
 def _json(text: str) -> Any:
@@ -348,52 +400,98 @@ def _json(text: str) -> Any:
         return None
 
 
-def sessions_frame(table: pa.Table) -> pd.DataFrame:
+def sessions_frame(source: Source) -> pd.DataFrame:
     """One row per session that opened."""
-    columns = ["session_id", "kind", "wall", "environment", "split", "task_index", "task", "ok"]
-    rows = _rows(table, ["open", "close", "ping", "result", "call_error"], columns, agent=False)
-    opened = rows[rows["kind"] == "open"].drop_duplicates("session_id").set_index("session_id")
-    if opened.empty:
-        return _typed(pd.DataFrame(), SESSIONS_COLUMNS)
-    kind = rows["kind"]
-    counts = {
-        name: (kind.isin(kinds)).groupby(rows["session_id"], sort=False).sum()
-        for name, kinds in (("calls", ["result", "call_error"]), ("errors", ["call_error"]), ("pings", ["ping"]))
-    }
-    confirmed = (kind == "close") & ~rows["ok"].eq(False).fillna(False)  # ok false: its delete failed
-    closed = rows[confirmed].groupby("session_id", sort=False)["wall"].last()
-    frame = opened[["environment", "split", "task_index", "task"]].copy()
-    frame["opened"] = opened["wall"]
-    frame["closed"] = closed
-    frame["duration_s"] = (frame["closed"] - frame["opened"]).dt.total_seconds()
-    for name, series in counts.items():
-        frame[name] = series.reindex(frame.index, fill_value=0)
-    return _typed(frame.reset_index(), SESSIONS_COLUMNS)
+    return _typed(_pandas(_sessions(_coded(_episode_rows(source, outcomes=False))[0])), SESSIONS_COLUMNS)
+
+
+def _sessions(rows: _EpisodeRows) -> pa.Table:
+    """The sessions frame as an Arrow table, with ``_sid``: each session's first ``open`` row, its confirmed
+    close, its counts (of ``rows`` made ``_coded``)."""
+    opened = _ends(rows.opens, [_SID], last=False)
+    ids = opened[_SID]
+    kind, counted, at = rows.counts["kind"], _codes(rows.counts[_SID]), _codes(ids)
+    size = int(max(counted.max(initial=-1), at.max(initial=-1))) + 1
+    counts = {name: np.bincount(counted[pc.is_in(kind, value_set=pa.array(list(of))).to_numpy(zero_copy_only=False)],
+                                minlength=size)[at] for name, of in _COUNTED.items()}  # fmt: skip
+    closed = _at(ids, _ends(rows.closes, [_SID]), _SID)["wall"]
+    seconds = pc.divide(pc.cast(pc.subtract(closed, opened["wall"]), pa.int64()), 1e6)  # as pandas' total_seconds
+    where = {name: opened[name] for name in ("session_id", "environment", "split", "task_index", "task", _SID)}
+    return _table(pa.table({**where, "opened": opened["wall"], "closed": closed, "duration_s": seconds,
+                            **counts}),
+                  {**SESSIONS_COLUMNS, _SID: _I64})  # fmt: skip
+
+
+def _at(keys: pa.Array | pa.ChunkedArray, table: pa.Table, key: str = "session_id") -> pa.Table:
+    """The rows of ``table`` (whose ``key`` is unique) for each of ``keys``, in their order; null rows for the
+    keys it lacks (a join that keeps the left order, by Arrow's hash lookup)."""
+    if key == _SID:  # integer codes: a lookup array, without hashing
+        return table.take(_coded_at(_codes(keys), _codes(table[_SID])))
+    return table.take(pc.index_in(keys, value_set=table[key].combine_chunks()))
+
+
+def _codes(codes: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """``_SID`` codes as a numpy array."""
+    return np.asarray(codes.to_numpy(), dtype=np.int64)
+
+
+def _coded_ends(codes: np.ndarray, last: bool) -> np.ndarray:
+    """The places of each code's last (or first) occurrence in ``codes``, ascending."""
+    n = len(codes)
+    if not n:
+        return np.zeros(0, np.int64)
+    places = np.full(int(codes.max()) + 1, -1 if last else n, np.int64)
+    (np.maximum if last else np.minimum).at(places, codes, np.arange(n, dtype=np.int64))
+    chosen = np.zeros(n, np.bool_)
+    chosen[places[(places >= 0) & (places < n)]] = True
+    return np.flatnonzero(chosen)
+
+
+def _coded_at(keys: np.ndarray, codes: np.ndarray) -> pa.Array:
+    """For each of ``keys``, its place in ``codes`` (each code there once), null where it is not."""
+    size = int(max(keys.max(initial=-1), codes.max(initial=-1))) + 1
+    places = np.full(size, -1, np.int64)
+    places[codes] = np.arange(len(codes), dtype=np.int64)
+    found = places[keys]
+    return pa.array(found, mask=found < 0)
 
 
 # -- steps, episodes, tasks: the run's view ------------------------------------------------------------
 
 
-def _rollouts(table: pa.Table) -> pd.Series:
-    """session_id -> rollout, from the evaluation's ``start`` and ``episode`` rows."""
-    rows = _rows(table, ["start", "episode"], ["session_id", "rollout"], agent=True)
-    rows = rows[rows["rollout"].notna()]
-    return rows.drop_duplicates("session_id", keep="last").set_index("session_id")["rollout"]
+def _rollouts(rows: _EpisodeRows, key: str = "session_id") -> pa.Table:
+    """``key`` (the session id, or its ``_sid`` in rows ``_coded``) -> rollout (a table), from the evaluation's
+    ``start`` and ``episode`` rows: the last given."""
+    return _ends(rows.rollouts, [key])
 
 
-def steps_frame(table: pa.Table, calls: pd.DataFrame | None = None) -> pd.DataFrame:
+def steps_frame(source: Source, calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """Calls that returned a result, numbered 1, 2, ... within their session, with their rollout, in
     (environment, split, task, rollout) order, as the episodes."""
-    calls = calls_frame(table) if calls is None else calls
+    calls = calls_frame(source, outputs=False) if calls is None else calls
     steps = calls[calls["outcome"] == "result"].copy()
-    first = {sid: n for n, sid in enumerate(dict.fromkeys(steps["session_id"]))}  # sessions in the order they began
-    steps["order"] = steps["session_id"].map(first)
-    steps["rollout"] = steps["session_id"].map(_rollouts(table)).astype("object")
+    steps["order"] = pd.factorize(steps["session_id"])[0]  # sessions in the order they began
+    rollouts = _at(_arrow(steps["session_id"], _STR), _rollouts(_episode_rows(source, outcomes=False)))["rollout"]
+    steps["rollout"] = pd.arrays.ArrowExtensionArray(rollouts.cast(_I64))
     steps = _typed(steps, {**STEPS_COLUMNS, "order": _I64})
     steps = steps.sort_values(["environment", "split", "task_index", "rollout", "order", "call"], kind="stable",
                               na_position="last")  # fmt: skip
     steps["step"] = steps.groupby("order", sort=False).cumcount() + 1
     return _typed(steps.drop(columns="order").reset_index(drop=True), STEPS_COLUMNS)
+
+
+def _step_counts(rows: _EpisodeRows) -> pa.Table:
+    """_sid -> its ``steps`` (calls whose last ``result`` or ``call_error`` row is a result), from those
+    rows alone."""
+    ends = rows.ends.filter(pc.and_(pc.is_valid(rows.ends["call"]), pc.is_valid(rows.ends["session_id"])))
+    ends = _ends(ends, [_SID, "call"])
+    return _counted(ends.filter(pc.equal(ends["kind"], "result"))[_SID])
+
+
+def _counted(sessions: pa.ChunkedArray | pa.Array) -> pa.Table:
+    """_sid -> how many times it is in ``sessions`` (``steps``)."""
+    counts = pa.table({_SID: sessions}).group_by(_SID).aggregate([(_SID, "count")])
+    return pa.table({_SID: counts[_SID], "steps": counts[f"{_SID}_count"]})
 
 
 _OUTCOME = pa.schema(
@@ -410,22 +508,33 @@ _OUTCOME = pa.schema(
 """What an ``episode`` row's data (the episode's record, JSON) adds to its typed columns."""
 
 
-def _outcomes(table: pa.Table) -> pd.DataFrame:
-    """The last ``episode`` row of each session: its typed columns, and what its record adds."""
-    columns = ["seq", "session_id", "environment", "split", "task_index", "rollout", "reward", "finished", "error",
-               "data", *TOKENS]  # fmt: skip
-    rows = table.filter(pc.and_(pc.equal(table["kind"], "episode"), pc.equal(table["layer"], "agent")))
-    rows = rows.select(columns)
-    if rows.num_rows:
-        text = "\n".join(rows["data"].to_pylist()).encode()
-        options = pa_json.ParseOptions(explicit_schema=_OUTCOME, unexpected_field_behavior="ignore")
-        record = pa_json.read_json(io.BytesIO(text), parse_options=options)
-        for name in _OUTCOME.names:
-            rows = rows.append_column(name, record[name])
-    else:
-        rows = rows.append_column("_", pa.nulls(0))
-    frame: pd.DataFrame = rows.drop_columns(["data"]).to_pandas(types_mapper=pd.ArrowDtype)
-    return frame.drop_duplicates("session_id", keep="last").set_index("session_id")
+def _outcomes(rows: _EpisodeRows) -> pa.Table:
+    """The last ``episode`` row of each session (a table): its typed columns, and what its record adds."""
+    return _ends(rows.outcomes, [_SID])
+
+
+def _outcome_rows(episodes: pa.Table) -> pa.Table:
+    """``episode`` rows (``_OUTCOME_ROWS``) with their records read (``_OUTCOME``'s fields) in place of ``data``."""
+    record = _records_of(episodes["data"].combine_chunks()) if episodes.num_rows else _OUTCOME.empty_table()
+    for name in _OUTCOME.names:
+        episodes = episodes.append_column(name, record[name])
+    return episodes.drop_columns(["data"])
+
+
+def _records_of(data: pa.Array) -> pa.Table:
+    """The episode records (JSON, one a row) of ``data`` read by Arrow's JSON reader, ``_OUTCOME``'s fields."""
+    if data.null_count:
+        raise ValueError("an episode row has no record in its data")
+    lines = pc.binary_join_element_wise(
+        data.cast(pa.large_string()), pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string())
+    )
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
+    text = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
+    options = pa_json.ParseOptions(explicit_schema=_OUTCOME, unexpected_field_behavior="ignore")
+    record = pa_json.read_json(pa.BufferReader(text), parse_options=options)
+    if record.num_rows != len(data):
+        raise ValueError(f"{len(data)} episode rows hold {record.num_rows} records")
+    return record.select(_OUTCOME.names)
 
 
 class _Step(NamedTuple):
@@ -439,8 +548,109 @@ class _Step(NamedTuple):
     error: str | None
 
 
+_EPISODE_KINDS = ["open", "close", "ping", "result", "call_error", "start", "episode"]
+_OUTCOME_ROWS = ["session_id", "environment", "split", "task_index", "rollout", "reward", "finished", "error", "data",
+                 *TOKENS]  # fmt: skip
+_COUNTED = {"calls": ("result", "call_error"), "errors": ("call_error",), "pings": ("ping",)}
+_COUNTED_KINDS = pa.array(sorted({kind for kinds in _COUNTED.values() for kind in kinds}))
+
+
+class _EpisodeRows(NamedTuple):
+    """The rows an episode is made of (sessions, results, the evaluation's start and episode rows: a small
+    part of a trace), read in one pass, each kind kept with only what the frames take of it."""
+
+    opens: pa.Table  # session_id, wall, environment, split, task_index, task: the ORS open rows
+    closes: pa.Table  # session_id, wall: the ORS close rows that were not refused (ok false: the delete failed)
+    counts: pa.Table  # session_id, kind: the ORS rows counted (``_COUNTED``)
+    ends: pa.Table  # session_id, call, kind, reward, finished: the ORS result and call_error rows
+    rollouts: pa.Table  # session_id, rollout: the agent's start and episode rows that name one
+    outcomes: pa.Table  # the agent's episode rows, their records read (without the record's text)
+
+
+def _episode_rows(source: Source, *, outcomes: bool = True) -> _EpisodeRows:
+    """``_EpisodeRows`` of ``source``, a piece at a time (so that no more than a piece of the rows read is held
+    whole); ``outcomes=False`` leaves the episode rows' records unread."""
+    columns = ["session_id", "layer", "kind", "wall", "environment", "split", "task_index", "task", "rollout", "call",
+               "ok", "reward", "finished", *(["error", "data", *TOKENS] if outcomes else [])]  # fmt: skip
+    kept: dict[str, list[pa.Table]] = {name: [] for name in _EpisodeRows._fields}
+
+    def keep(split: Future[dict[str, pa.Table]]) -> None:
+        for name, table in split.result().items():
+            kept[name].append(table)
+
+    with ThreadPoolExecutor(max_workers=1) as splitter:  # a piece is split while the next is read (both free the GIL)
+        pending: deque[Future[dict[str, pa.Table]]] = deque()
+        for piece in _pieces(source, columns, _EPISODE_KINDS):
+            pending.append(splitter.submit(_split, piece, outcomes))
+            if len(pending) > 1:  # one piece read ahead at most
+                keep(pending.popleft())
+        for split in pending:
+            keep(split)
+    return _EpisodeRows(*(pa.concat_tables(tables).combine_chunks() if tables else _EMPTY[name].empty_table()
+                          for name, tables in kept.items()))  # fmt: skip  # one chunk: Arrow's take is slow over many
+
+
+def _split(piece: pa.Table, outcomes: bool) -> dict[str, pa.Table]:
+    """One piece of the episode rows, split by kind into ``_EpisodeRows``' tables (each mask made once, each
+    table taking only its own columns)."""
+    kind, agent = piece["kind"], pc.equal(piece["layer"], "agent")
+    mine = pc.and_(pc.invert(agent), pc.is_valid(piece["session_id"]))
+    refused = pc.fill_null(pc.equal(piece["ok"], False), False)  # a close whose delete failed
+
+    def rows(mask: pa.ChunkedArray, names: Sequence[str]) -> pa.Table:
+        return piece.select(list(names)).filter(mask)
+
+    return {
+        "opens": rows(pc.and_(mine, pc.equal(kind, "open")), _EMPTY["opens"].names),
+        "closes": rows(pc.and_(pc.and_(mine, pc.equal(kind, "close")), pc.invert(refused)), ["session_id", "wall"]),
+        "counts": rows(pc.and_(mine, pc.is_in(kind, value_set=_COUNTED_KINDS)), ["session_id", "kind"]),
+        "ends": rows(pc.and_(pc.invert(agent), pc.is_in(kind, value_set=pa.array(["result", "call_error"]))),
+                     _EMPTY["ends"].names),
+        "rollouts": rows(pc.and_(pc.and_(agent, pc.is_in(kind, value_set=pa.array(["start", "episode"]))),
+                                 pc.is_valid(piece["rollout"])), ["session_id", "rollout"]),
+        "outcomes": _outcome_rows(rows(pc.and_(agent, pc.equal(kind, "episode")), _OUTCOME_ROWS))
+        if outcomes else _EMPTY["outcomes"].empty_table(),
+    }  # fmt: skip
+
+
+_SID = "_sid"
+"""The column ``_coded`` adds: a row's session id as an integer code (what groups and joins are keyed by)."""
+
+
+def _coded(rows: _EpisodeRows, *more: pa.Array | pa.ChunkedArray) -> tuple[_EpisodeRows, pa.Array, list[pa.Array]]:
+    """``rows`` with ``_SID`` in each table: every session id (of ``rows`` and of ``more``) encoded once as an
+    integer code, so that groups and joins by session hash integers, not strings (a null id a code of its own:
+    a group, and a match, as Arrow's group_by and index_in take it); the ids (code -> id), and the codes of
+    ``more``."""
+    tables = [*(table["session_id"] for table in rows), *(pa.chunked_array([ids]) if isinstance(ids, pa.Array)
+                                                           else ids for ids in more)]  # fmt: skip
+    chunks = [chunk for ids in tables for chunk in ids.chunks] or [pa.array([], _STR)]
+    encoded = pc.dictionary_encode(pa.chunked_array(chunks, _STR), null_encoding="encode")
+    codes = pa.chunked_array([chunk.indices for chunk in encoded.chunks], pa.int32()).cast(_I64)
+    bounds = np.cumsum([0, *(len(ids) for ids in tables)])
+    parts = [codes.slice(start, end - start) for start, end in pairwise(bounds)]
+    coded = _EpisodeRows(*(table.append_column(_SID, part) for table, part in zip(rows, parts, strict=False)))
+    names = encoded.chunks[0].dictionary if encoded.num_chunks else pa.array([], _STR)  # one, shared by the chunks
+    return coded, names, [part.combine_chunks() for part in parts[len(rows) :]]
+
+
+def _fields(*names: str) -> pa.Schema:
+    return pa.schema([SCHEMA.field(name) for name in names])
+
+
+_EMPTY = {
+    "opens": _fields("session_id", "wall", "environment", "split", "task_index", "task"),
+    "closes": _fields("session_id", "wall"),
+    "counts": _fields("session_id", "kind"),
+    "ends": _fields("session_id", "call", "kind", "reward", "finished"),
+    "rollouts": _fields("session_id", "rollout"),
+    "outcomes": pa.schema([*_fields(*(n for n in _OUTCOME_ROWS if n != "data")), *_OUTCOME]),
+}
+"""The schema of each of ``_EpisodeRows``' tables (for a trace without such rows)."""
+
+
 def episodes_frame(
-    table: pa.Table,
+    source: Source,
     *,
     reward: Reduction = "sum",
     success_threshold: float = 1.0,
@@ -450,66 +660,86 @@ def episodes_frame(
     """One row per episode, in (environment, split, task, rollout) order; see the module docstring.
 
     ``reward`` and ``success_threshold`` reduce the sessions no evaluation ran (an evaluation's
-    episodes keep the reward and success it recorded).
+    episodes keep the reward and success it recorded). Built by Arrow from the rows an episode is
+    made of, read in one pass; an evaluation's episodes need no steps frame (their steps are
+    counted from the ``result`` and ``call_error`` rows alone).
     """
     check_reduction(reward)
-    steps = steps_frame(table) if steps is None else steps
-    sessions = sessions_frame(table) if sessions is None else sessions
-    outcomes = _outcomes(table)
-    opened = sessions.set_index("session_id")
-    ids = list(dict.fromkeys([*opened.index, *outcomes.index]))
-    if not ids:
+    given = _table(sessions, SESSIONS_COLUMNS) if sessions is not None else None
+    counted = [] if steps is None else [_arrow(steps["session_id"], _STR)]
+    rows, names, codes = _coded(_episode_rows(source), *([] if given is None else [given["session_id"]]), *counted)
+    opened = _sessions(rows) if given is None else given.append_column(_SID, codes[0])
+    outcomes = _outcomes(rows)
+    ids, sid = _episode_ids(opened, outcomes, names)
+    if not len(ids):
         return _typed(pd.DataFrame(), EPISODES_COLUMNS)
-    index = pd.Index(ids, name="session_id")
-    by_session = steps.groupby("session_id", sort=False)
-    frame = pd.DataFrame(
-        {
-            **{name: opened[name].reindex(index) for name in ("environment", "split", "task_index", "task")},
-            "errors": opened["errors"].reindex(index).fillna(0),
-            "steps": by_session.size().reindex(index, fill_value=0),
-            "order": range(len(index)),
-        },
-        index=index,
-    )
-    recorded = index.isin(outcomes.index)
+    known = _at(sid, opened, _SID)
+    counts = _step_counts(rows) if steps is None else _counted(codes[-1])
+    frame = pa.table({
+        "session_id": ids, **{name: known[name] for name in ("environment", "split", "task_index", "task")},
+        "errors": pc.fill_null(known["errors"], 0), "steps": pc.fill_null(_at(sid, counts, _SID)["steps"], 0),
+        "order": np.arange(len(ids), dtype=np.int64), _SID: sid,
+    })  # fmt: skip
+    recorded = pc.is_in(sid, value_set=outcomes[_SID].combine_chunks())
     parts = []
-    if (~recorded).any():  # sessions no evaluation ran: their steps reduced here
-        bare = frame[~recorded].copy()
-        wanted = set(bare.index)
-        reduced = {sid: reduce_reward(_steps(group), reward) for sid, group in by_session if sid in wanted}
-        values = [reduced.get(sid) or reduce_reward([], reward) for sid in bare.index]
-        bare["total_reward"], bare["final_reward"], bare["reward"] = (list(c) for c in zip(*values, strict=True))
-        bare["success"] = [value >= success_threshold for _, _, value in values]
-        bare["finished"] = by_session["finished"].any().reindex(bare.index, fill_value=False)
-        bare["rollout"] = _rollouts(table).reindex(bare.index)
-        bare["started"] = opened["opened"].reindex(bare.index)
-        bare["duration_s"] = opened["duration_s"].reindex(bare.index)
-        parts.append(bare)
-    if recorded.any():  # an evaluation's episodes: what its episode row recorded
-        parts.append(_recorded_outcomes(frame[recorded], outcomes, (
+    if not pc.all(recorded).as_py():  # sessions no evaluation ran: their steps reduced here
+        steps = steps_frame(source) if steps is None else steps
+        bare = _pandas(frame.filter(pc.invert(recorded))).set_index("session_id")
+        reduced = _reduced(bare, steps, _pandas(opened).set_index("session_id"), _rollouts(rows), reward,
+                           success_threshold)  # fmt: skip
+        parts.append(_table(reduced.reset_index(), _ORDERED_EPISODES))
+    if pc.any(recorded).as_py():  # an evaluation's episodes: what its episode row recorded
+        parts.append(_recorded(frame.filter(recorded), outcomes, (
             "rollout", "reward", "total_reward", "final_reward", "finished", "success", "finish_reason", "duration_s",
             "error", "error_type", *TOKENS)))  # fmt: skip
-    return _in_order([_typed(part.reset_index(), {**EPISODES_COLUMNS, "order": _I64}) for part in parts])
+    return _typed(_in_order(parts, _ORDERED_EPISODES), EPISODES_COLUMNS)
 
 
-def _recorded_outcomes(frame: pd.DataFrame, outcomes: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
-    """An evaluation's episodes as their ``episode`` rows recorded them: ``names`` and the start taken from there."""
-    mine = frame.copy()
-    outcome = outcomes.reindex(mine.index)
+_ORDERED_EPISODES = {**EPISODES_COLUMNS, "order": _I64}
+
+
+def _reduced(bare: pd.DataFrame, steps: pd.DataFrame, opened: pd.DataFrame, rollouts: pa.Table, reward: Reduction,
+             success_threshold: float) -> pd.DataFrame:  # fmt: skip
+    """Sessions no evaluation ran, their steps reduced (``reduce_reward``: a reduction may be any function)."""
+    wanted = set(bare.index)
+    by_session = steps[steps["session_id"].isin(wanted)].groupby("session_id", sort=False)
+    reduced = {sid: reduce_reward(_steps(group), reward) for sid, group in by_session}
+    values = [reduced.get(sid) or reduce_reward([], reward) for sid in bare.index]
+    bare["total_reward"], bare["final_reward"], bare["reward"] = (list(c) for c in zip(*values, strict=True))
+    bare["success"] = [value >= success_threshold for _, _, value in values]
+    bare["finished"] = by_session["finished"].any().reindex(bare.index, fill_value=False)
+    bare["rollout"] = _pandas(_at(pa.array(bare.index, _STR), rollouts))["rollout"].to_numpy()
+    bare["started"] = opened["opened"].reindex(bare.index)
+    bare["duration_s"] = opened["duration_s"].reindex(bare.index)
+    return bare
+
+
+def _episode_ids(opened: pa.Table, outcomes: pa.Table, names: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """The episodes' session ids (those that opened, then those only an episode row names; each once) and
+    their codes (``_SID``; ``names``: code -> id)."""
+    sid = pc.unique(pa.concat_arrays([opened[_SID].combine_chunks(), outcomes[_SID].combine_chunks()]))
+    return names.take(sid), sid
+
+
+def _recorded(frame: pa.Table, outcomes: pa.Table, names: Sequence[str]) -> pa.Table:
+    """An evaluation's episodes as their ``episode`` rows recorded them: ``names`` and the start taken from there
+    (where, the row's where it says, else the session's); both tables ``_coded``."""
+    outcome = _at(frame[_SID], outcomes, _SID)
+    mine = {name: frame[name] for name in frame.column_names if name != _SID}
     for name in ("environment", "split", "task_index"):
-        mine[name] = outcome[name].where(outcome[name].notna(), mine[name])
-    mine["started"] = pd.to_datetime(outcome["started"].astype("float64") * 1e6, unit="us", utc=True)
+        mine[name] = pc.coalesce(outcome[name], frame[name])
+    started = outcome["started"].to_numpy(zero_copy_only=False) * 1e6  # seconds since the epoch, null as NaN
+    mine["started"] = pa.Array.from_pandas(pd.to_datetime(started, unit="us", utc=True)).cast(_WALL, safe=False)
     for name in names:
         mine[name] = outcome[name]
-    return mine
+    return pa.table(mine)
 
 
-def _in_order(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """The parts as one frame in the episodes' order (environment, split, task, rollout, then as recorded)."""
-    typed = pd.concat(parts)
-    typed = typed.sort_values(["environment", "split", "task_index", "rollout", "order"], kind="stable",
-                              na_position="last")  # fmt: skip
-    return typed.drop(columns="order").reset_index(drop=True)
+def _in_order(parts: list[pa.Table], columns: Mapping[str, pa.DataType]) -> pa.Table:
+    """The parts as one table in the episodes' order (environment, split, task, rollout, then as recorded)."""
+    together = pa.concat_tables([_table(part, columns) for part in parts])
+    keys = ["environment", "split", "task_index", "rollout", "order"]
+    return together.sort_by([(key, "ascending", "at_end") for key in keys]).drop_columns(["order"])
 
 
 def _steps(group: pd.DataFrame) -> list[_Step]:
@@ -517,38 +747,46 @@ def _steps(group: pd.DataFrame) -> list[_Step]:
     return [_Step._make(None if _missing(value) else value for value in values) for values in rows]
 
 
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{str(name): value for name, value in row.items()} for row in frame.to_dict("records")]
+_TASK_KEYS = ["environment", "split", "task_index", "task"]
 
 
-def _tasks(episodes: pd.DataFrame) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
-    keys = ["environment", "split", "task_index", "task"]
-    by_task: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for row in _records(episodes):
-        key = tuple(None if _missing(row[k]) else row[k] for k in keys)
-        by_task.setdefault(key, []).append(row)
-    return by_task
-
-
-def _aggregate(episodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean reward, its standard error, success, finished, steps, errors and tokens of some episodes."""
-    n = len(episodes)
-    rewards = [float(e["reward"]) for e in episodes]
-    tokens = {
-        name: sum(int(e[name]) for e in episodes if not _missing(e[name]))
-        if any(not _missing(e[name]) for e in episodes) else None
-        for name in TOKENS
-    }  # fmt: skip
-    return {
-        "episodes": n,
-        "mean_reward": mean(rewards),
-        "stderr": stderr(rewards),
-        "success_rate": sum(bool(e["success"]) for e in episodes) / n if n else None,
-        "finished_rate": sum(bool(e["finished"]) for e in episodes) / n if n else None,
-        "mean_steps": sum(int(e["steps"]) for e in episodes) / n if n else None,
-        "errors": sum(not _missing(e["error"]) for e in episodes),
-        **tokens,
-    }
+def _aggregates(episodes: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Per group of ``keys`` (in the order the groups first appear; all the episodes one group when there
+    are no keys), grouped by Arrow: episodes, mean reward and its standard error (exact sums, over
+    each group's rewards), success, finished, steps, errors, tokens, and ``_successes``."""
+    names = list(dict.fromkeys([*keys, "reward", "success", "finished", "steps", "error", *TOKENS]))
+    table = pa.table({name: _arrow(episodes[name], EPISODES_COLUMNS[name]) for name in names})
+    table = _numbered(table.append_column("_all", pa.array(np.zeros(len(episodes), dtype=np.int8))))
+    for name in ("success", "finished"):
+        table = table.append_column(f"_{name}", pc.cast(pc.fill_null(table[name], False), pa.int64()))
+    grouped = table.group_by(list(keys) or ["_all"], use_threads=False).aggregate(
+        [
+            ("_row", "min"),
+            ("reward", "list"),
+            ("reward", "count", pc.CountOptions("all")),
+            ("_success", "sum"),
+            ("_finished", "sum"),
+            ("steps", "sum"),
+            ("error", "count"),
+            *((name, "sum") for name in TOKENS),
+        ]
+    )
+    grouped = grouped.take(pc.sort_indices(grouped["_row_min"]))
+    n = grouped["reward_count"].to_numpy()
+    rewards = grouped["reward_list"].to_pylist()
+    out = _pandas(grouped.select(list(keys))) if keys else pd.DataFrame(index=pd.RangeIndex(len(n)))
+    out["episodes"] = n
+    out["mean_reward"] = [mean([float(r) for r in values]) for values in rewards]
+    out["stderr"] = [stderr([float(r) for r in values]) for values in rewards]
+    for name in ("success", "finished"):
+        out[f"{name}_rate"] = grouped[f"_{name}_sum"].to_numpy() / n
+    out["mean_steps"] = grouped["steps_sum"].to_numpy(zero_copy_only=False) / n
+    out["errors"] = grouped["error_count"].to_numpy()
+    for name in TOKENS:
+        out[name] = pd.Series(grouped[f"{name}_sum"].to_numpy(zero_copy_only=False), dtype="object").where(
+            grouped[f"{name}_sum"].is_valid().to_numpy(zero_copy_only=False), None)  # fmt: skip
+    out["_successes"] = grouped["_success_sum"].to_numpy()
+    return out
 
 
 def default_ks(episodes: pd.DataFrame) -> list[int]:
@@ -564,12 +802,11 @@ def default_ks(episodes: pd.DataFrame) -> list[int]:
 def tasks_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> pd.DataFrame:
     """One row per task (environment, split, task index or spec): its episodes aggregated, and pass@k."""
     ks = default_ks(episodes) if ks is None else ks
-    rows = []
-    for (environment, split, index, task), group in _tasks(episodes).items():
-        successes = sum(bool(e["success"]) for e in group)
-        rows.append({"environment": environment, "split": split, "task_index": index, "task": task, **_aggregate(group),
-                     **{f"pass@{k}": pass_at_k(len(group), successes, k) for k in ks}})  # fmt: skip
-    return _typed(pd.DataFrame(rows), {**TASKS_COLUMNS, **pass_columns(ks)})
+    tasks = _aggregates(episodes, _TASK_KEYS)
+    for k in ks:
+        tasks[f"pass@{k}"] = [pass_at_k(int(n), int(c), k) for n, c in zip(tasks["episodes"], tasks["_successes"],
+                                                                             strict=True)]  # fmt: skip
+    return _typed(tasks, {**TASKS_COLUMNS, **pass_columns(ks)})
 
 
 def errors_frame(episodes: pd.DataFrame) -> pd.DataFrame:
@@ -634,10 +871,10 @@ def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Su
     ks = default_ks(episodes) if ks is None else ks
     tasks = tasks_frame(episodes, ks)
     row: dict[str, Any] = {
-        "environments": ", ".join(dict.fromkeys(episodes["environment"].dropna())),
-        "splits": ", ".join(dict.fromkeys(episodes["split"].dropna())),
+        "environments": ", ".join(map(str, episodes["environment"].dropna().unique())),
+        "splits": ", ".join(map(str, episodes["split"].dropna().unique())),
         "tasks": len(tasks),
-        **_aggregate(_records(episodes)),
+        **_overall(episodes),
     }
     row["error_types"] = error_types(episodes)
     for k in ks:
@@ -646,18 +883,23 @@ def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Su
     return Summary(_typed(pd.DataFrame([row]), {**SUMMARY_COLUMNS, **pass_columns(ks)}))
 
 
+def _overall(episodes: pd.DataFrame) -> dict[str, Any]:
+    """``_aggregates`` of all the episodes in one group (no episodes: none, no mean, no rates)."""
+    if episodes.empty:
+        return {"episodes": 0, "errors": 0}
+    row = _aggregates(episodes, []).drop(columns="_successes").iloc[0]
+    return {str(name): value for name, value in row.items()}
+
+
 # -- the agent's own view: transcripts -----------------------------------------------------------------
 
 
-def transcripts_frame(table: pa.Table, episodes: pd.DataFrame | None = None) -> pd.DataFrame:
+def transcripts_frame(source: Source, episodes: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per turn of the agent in each episode: its reasoning, text and tool calls, the deltas
     joined (``ors_lab.notebook.turns``), in the order of ``episodes`` (the listing's when not
     given: the same episodes, in the same order), then by turn."""
-    rows = table.select(["session_id", "layer", "kind", "data"])
-    mask = pc.and_(
-        pc.equal(rows["layer"], "agent"), pc.is_in(rows["kind"], value_set=pa.array(STREAM_KINDS, pa.string()))
-    )
-    rows = rows.filter(pc.and_(pc.and_(mask, pc.is_valid(rows["session_id"])), pc.is_valid(rows["data"])))
+    rows = _select(source, ["session_id", "data"], STREAM_KINDS, agent=True)
+    rows = rows.filter(pc.and_(pc.is_valid(rows["session_id"]), pc.is_valid(rows["data"])))
     items: dict[str, list[Any]] = {}
     for session_id, data in zip(rows["session_id"].to_pylist(), rows["data"].to_pylist(), strict=True):
         item = _json(data)
@@ -666,7 +908,7 @@ def transcripts_frame(table: pa.Table, episodes: pd.DataFrame | None = None) -> 
     if not items:
         return _typed(pd.DataFrame(), TRANSCRIPTS_COLUMNS)
     keys = ["environment", "split", "task_index", "rollout"]
-    episodes = listing_frame(table) if episodes is None else episodes
+    episodes = listing_frame(source) if episodes is None else episodes
     known = episodes.drop_duplicates("session_id").set_index("session_id")[keys]
     where_of = {str(sid): record for sid, record in zip(known.index, known.to_dict("records"), strict=True)}
     order = [sid for sid in dict.fromkeys(episodes["session_id"]) if sid in items]
@@ -688,61 +930,44 @@ def transcripts_frame(table: pa.Table, episodes: pd.DataFrame | None = None) -> 
 # -- the trace viewer's list ---------------------------------------------------------------------------
 
 
-def listing_frame(table: pa.Table) -> pd.DataFrame:
+def listing_frame(source: Source) -> pd.DataFrame:
     """One row per episode (as ``episodes``: the same episodes, in the same order, with the same
     values) with what the trace viewer lists, built from the ``open``, ``close``, ``result``,
     ``call_error``, ``start`` and ``episode`` rows by Arrow alone, without the per-call frames.
 
     A session no evaluation ran takes the sum of its rewards (``episodes``' default reduction)."""
-    kinds = pa.array(["open", "close", "ping", "result", "call_error", "start", "episode"], pa.string())
-    table = table.filter(pc.is_in(table["kind"], value_set=kinds))  # one pass over the trace; the rest is small
-    sessions = sessions_frame(table).set_index("session_id")
-    outcomes = _outcomes(table)
-    ids = list(dict.fromkeys([*sessions.index, *outcomes.index]))
-    if not ids:
+    rows, names, _ = _coded(_episode_rows(source))  # one pass over the trace; the rest is small
+    opened, outcomes = _sessions(rows), _outcomes(rows)
+    ids, sid = _episode_ids(opened, outcomes, names)
+    if not len(ids):
         return _typed(pd.DataFrame(), LISTING_COLUMNS)
-    index = pd.Index(ids, dtype="object", name="session_id")
-    results = table.filter(pc.and_(pc.equal(table["kind"], "result"), pc.not_equal(table["layer"], "agent")))
-    per = (
-        results.select(["session_id", "reward", "finished"])
-        .group_by("session_id")
-        .aggregate([("reward", "sum"), ("reward", "count"), ("finished", "any"), ("session_id", "count")])
-        .to_pandas(types_mapper=pd.ArrowDtype)
-        .set_index("session_id")
-        .reindex(index)
-    )
-    frame = pd.DataFrame(
-        {
-            **{name: sessions[name].reindex(index) for name in ("environment", "split", "task_index")},
-            "steps": per["session_id_count"].fillna(0),
-            "errors": sessions["errors"].reindex(index).fillna(0),
-            "reward": per["reward_sum"].where(per["reward_count"] > 0, 0.0),
-            "finished": per["finished_any"].fillna(False),
-            "rollout": _rollouts(table).reindex(index),
-            "duration_s": sessions["duration_s"].reindex(index),
-            "started": sessions["opened"].reindex(index),
-            "error": pd.Series(pd.NA, index=index, dtype=pd.ArrowDtype(_STR)),
-            "order": pd.Series(range(len(index)), index=index, dtype=pd.ArrowDtype(_I64)),
-        },
-        index=index,
-    )
-    ids_array = pa.array(ids, pa.string())
-    recorded = pc.is_in(ids_array, value_set=pa.array(list(outcomes.index), pa.string())).to_numpy(zero_copy_only=False)
-    frame["session_id"] = pd.Series(ids_array, index=index, dtype=pd.ArrowDtype(_STR))
-    parts = [frame[~recorded]]
-    if recorded.any():  # an evaluation's episodes: what its episode row recorded
-        listed = ("rollout", "reward", "finished", "duration_s", "error")
-        parts.append(_recorded_outcomes(frame[recorded], outcomes, listed))
-    return _in_order([_typed(part.reset_index(drop=True), {**LISTING_COLUMNS, "order": _I64}) for part in parts])
+    known = _at(sid, opened, _SID)
+    results = rows.ends.filter(pc.equal(rows.ends["kind"], "result")).select([_SID, "reward", "finished"])
+    per = _at(sid, results.group_by(_SID).aggregate(
+        [("reward", "sum"), ("reward", "count"), ("finished", "any"), (_SID, "count")]), _SID)  # fmt: skip
+    rewarded = pc.fill_null(pc.greater(per["reward_count"], 0), False)
+    frame = pa.table({
+        "session_id": ids, **{name: known[name] for name in ("environment", "split", "task_index")},
+        "steps": pc.fill_null(per[f"{_SID}_count"], 0), "errors": pc.fill_null(known["errors"], 0),
+        "reward": pc.if_else(rewarded, per["reward_sum"], 0.0), "finished": pc.fill_null(per["finished_any"], False),
+        "rollout": _at(sid, _rollouts(rows, _SID), _SID)["rollout"], "duration_s": known["duration_s"],
+        "started": known["opened"], "error": pa.nulls(len(ids), _STR), "order": np.arange(len(ids), dtype=np.int64),
+        _SID: sid,
+    })  # fmt: skip
+    recorded = pc.is_in(sid, value_set=outcomes[_SID].combine_chunks())
+    parts = [frame.filter(pc.invert(recorded))]
+    if pc.any(recorded).as_py():  # an evaluation's episodes: what its episode row recorded
+        parts.append(
+            _recorded(frame.filter(recorded), outcomes, ("rollout", "reward", "finished", "duration_s", "error"))
+        )
+    return _typed(_in_order(parts, {**LISTING_COLUMNS, "order": _I64}), LISTING_COLUMNS)
 
 
-def finished_episodes(table: pa.Table) -> dict[tuple[str, str, int, int], str]:
+def finished_episodes(source: Source) -> dict[tuple[str, str, int, int], str]:
     """The episodes an evaluation finished without an error: (environment, split, task, rollout) -> session id."""
-    rows = table.filter(pc.and_(pc.equal(table["kind"], "episode"), pc.equal(table["layer"], "agent")))
-    rows = rows.filter(pc.fill_null(rows["ok"], False)).select(
-        ["environment", "split", "task_index", "rollout", "session_id"]
+    rows = _select(
+        source, ["environment", "split", "task_index", "rollout", "session_id", "ok"], ["episode"], agent=True
     )
-    return {
-        (row["environment"], row["split"], row["task_index"], row["rollout"]): row["session_id"]
-        for row in rows.to_pylist()
-    }
+    rows = rows.filter(pc.fill_null(rows["ok"], False))
+    keys = zip(*(rows[name].to_pylist() for name in ("environment", "split", "task_index", "rollout")), strict=True)
+    return dict(zip(keys, rows["session_id"].to_pylist(), strict=True))

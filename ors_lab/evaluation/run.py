@@ -745,7 +745,7 @@ def discard_unstarted(path: str | os.PathLike[str]) -> bool:
     created; a trace with any session, or one that cannot be read, stays. True when it was removed."""
     path = Path(path)
     try:
-        kinds = load_trace(path).table["kind"]
+        kinds = load_trace(path).select(["kind"])["kind"]  # that column only
     except TraceFormatError:
         return False
     if pc.any(pc.is_in(kinds, value_set=pa.array(["start", "open"], pa.string()))).as_py():

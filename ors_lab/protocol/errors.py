@@ -31,7 +31,8 @@
     └── TraceFormatError            a trace is missing, unreadable, or not an ors_lab trace of this version
         ├── TraceNotFoundError      no trace (nor the parts of one) at the path (also a FileNotFoundError)
         ├── TraceExistsError        a new trace was asked for where one is (also a FileExistsError)
-        └── TraceLockedError        another recorder is writing the trace (``holder``: its pid, host, since)
+        ├── TraceLockedError        another recorder is writing the trace (``holder``: its pid, host, since)
+        └── TraceTooLargeError      a whole-trace frame asked of a trace too large for memory (also a MemoryError)
 
 Every failure the client meets is one of these: a network failure the retries could not mend is a
 ``ConnectionFailedError`` (the ``httpx2.ConnectError`` or kin stays reachable as ``__cause__``), and
@@ -81,6 +82,7 @@ __all__ = [
     "TraceFormatError",
     "TraceLockedError",
     "TraceNotFoundError",
+    "TraceTooLargeError",
     "UnknownEnvironmentError",
     "UnknownSplitError",
     "UnknownTaskError",
@@ -386,3 +388,8 @@ class TraceLockedError(TraceFormatError):
         super().__init__(message, **context)
         self.path = path
         self.holder = dict(holder or {})
+
+
+class TraceTooLargeError(TraceFormatError, MemoryError):
+    """A frame of every row (``trace.events``) was asked of a trace of more rows than fit in memory at
+    once; the message names the trace, its rows, and the paged and projected reads to use instead."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "PART_GLOB",
     "check_appendable",
     "check_metadata",
+    "kind_mask",
     "part_files",
     "part_format",
     "part_schema",
@@ -42,6 +44,7 @@ __all__ = [
     "read_trace_file",
     "remove_stale",
     "reopen",
+    "select_rows",
 ]
 
 PART_GLOB = "part-*"  # part-NNNNNNNNN.arrow, and .parquet: a compacted trace appended to
@@ -110,6 +113,25 @@ def read_checked(path: Path, *, part: bool) -> pa.Table:
         return upgrade(table, metadata[METADATA_SCHEMA_VERSION.decode()])
     except ValueError as exc:
         raise TraceFormatError(f"{path} {exc}" + (f"; {BAD_PART_HINT}" if part else "")) from exc
+
+
+def select_rows(table: pa.Table, columns: Sequence[str], kinds: Sequence[str] | None = None) -> pa.Table:
+    """The rows of ``table`` of ``kinds`` (all when None), with ``columns`` only, in that order."""
+    if kinds is None:
+        return table.select(list(columns))
+    kept = table.select(list(dict.fromkeys([*columns, "kind"])))  # what is filtered: these columns only
+    return kept.filter(kind_mask(kept["kind"], kinds)).select(list(columns))
+
+
+def kind_mask(kind: pa.ChunkedArray, kinds: Sequence[str]) -> pa.ChunkedArray:
+    """True where ``kind`` is one of ``kinds``; a dictionary-encoded column (as a trace's is in the file) is
+    matched by its dictionary, a few values, not row by row."""
+    wanted = pa.array(list(kinds), pa.string())
+    if not pa.types.is_dictionary(kind.type):
+        return pc.is_in(kind, value_set=wanted)
+    chunks = [pc.fill_null(pc.take(pc.is_in(chunk.dictionary, value_set=wanted), chunk.indices), False)
+              for chunk in kind.chunks]  # fmt: skip
+    return pa.chunked_array(chunks, pa.bool_())
 
 
 def part_schema(path: Path) -> pa.Schema:

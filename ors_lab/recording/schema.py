@@ -7,6 +7,8 @@ the run id, the redacted server URLs, and whether the file is a part of an unfin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 
 from ors_lab.events import AGENT_KINDS, EVENT_TYPES, AgentEvent
@@ -84,22 +86,26 @@ ADDED_COLUMNS = {
 """The columns each schema version added: an older trace reads with them null."""
 
 
-def upgrade(table: pa.Table, version: str) -> pa.Table:
-    """A table of trace schema ``version`` (one of ``READABLE_VERSIONS``) with this version's columns.
+def upgrade(table: pa.Table, version: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """A table of trace schema ``version`` (one of ``READABLE_VERSIONS``) with this version's columns
+    (or ``columns`` of them only: a projected read).
 
-    The columns later versions added are null; the columns come in schema order, cast to their
-    declared types (the table's metadata is kept). Raises ``ValueError`` for what cannot be made so.
+    The columns later versions added are null; the columns come in schema order (or the order of
+    ``columns``), cast to their declared types (the table's metadata is kept). Raises ``ValueError``
+    for what cannot be made so.
     """
-    for added, names in ADDED_COLUMNS.items():
+    names = SCHEMA.names if columns is None else list(columns)
+    for added, added_names in ADDED_COLUMNS.items():
         if int(version) < int(added):
-            for name in names:
-                if name not in table.schema.names:
+            for name in added_names:
+                if name in names and name not in table.schema.names:
                     table = table.append_column(name, pa.nulls(table.num_rows, SCHEMA.field(name).type))
-    missing = [name for name in SCHEMA.names if name not in table.schema.names]
+    missing = [name for name in names if name not in table.schema.names]
     if missing:
         raise ValueError(f"it lacks the trace columns {missing}")
     try:
-        return table.select(SCHEMA.names).cast(SCHEMA.with_metadata(table.schema.metadata))
+        schema = pa.schema([SCHEMA.field(name) for name in names], metadata=table.schema.metadata)
+        return table.select(names).cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise ValueError(f"it has trace columns of the wrong types: {exc}") from exc
 

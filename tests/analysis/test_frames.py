@@ -6,12 +6,19 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+import ors_lab as ol
 from ors_lab.analysis import frames
 from ors_lab.events import EpisodeEvent, EventStream, StartEvent
 from ors_lab.recording import Recorder
-from tests.analysis.synthetic import Episode, record
+from ors_lab.recording.parts import parts_dir
+from tests.analysis import frames_before
+from tests.analysis.synthetic import Episode, events, record
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 RUN = [
     Episode(0, 0, [0.0, 1.0]),
@@ -110,3 +117,88 @@ def test_an_episode_that_failed_before_its_session_opened_is_an_episode(tmp_path
     (episode,) = load_trace(path).episodes.to_dict("records")
     assert (episode["task_index"], episode["rollout"], episode["error"], episode["steps"]) == (4, 0, "HTTP 404", 0)
     assert episode["started"] == pd.Timestamp(1.0, unit="s", tz="UTC")
+
+
+# -- the frames built by Arrow where the trace lies are the frames built before, from the whole table -----
+
+FRAMES = ("calls", "sessions", "steps", "episodes", "tasks", "errors", "transcripts")
+
+
+def _before(table: pa.Table) -> dict[str, pd.DataFrame]:
+    """Every frame of ``table`` as the builders before (pandas over the whole table) made it."""
+    episodes = frames_before.episodes_frame(table)
+    return {
+        "calls": frames_before.calls_frame(table),
+        "sessions": frames_before.sessions_frame(table),
+        "steps": frames_before.steps_frame(table),
+        "episodes": episodes,
+        "tasks": frames_before.tasks_frame(episodes),
+        "errors": frames_before.errors_frame(episodes),
+        "transcripts": frames_before.transcripts_frame(table),
+        "summary": pd.DataFrame(frames_before.summary_frame(episodes)),
+        "listing": frames_before.listing_frame(table),
+    }
+
+
+def _assert_same_frames(path: Path) -> None:
+    """Each frame of the trace at ``path``, read where it lies, and of its rows in memory (as an evaluation
+    keeps them), equals the frame built before: columns, dtypes, values and order."""
+    before = _before(ol.load_trace(path).table)
+    trace = ol.load_trace(path)  # a fresh trace: its frames read the file, never the whole table
+    now = {name: getattr(trace, name) for name in FRAMES}
+    assert "table" not in trace.__dict__
+    now["summary"] = pd.DataFrame(trace.summary())
+    now["listing"] = frames.listing_frame(trace)
+    table = ol.load_trace(path).table
+    in_memory = {"episodes": frames.episodes_frame(table), "steps": frames.steps_frame(table),
+                 "calls": frames.calls_frame(table), "listing": frames.listing_frame(table)}  # fmt: skip
+    for name, frame in [*now.items(), *in_memory.items()]:
+        pd.testing.assert_frame_equal(frame, before[name], check_exact=True, obj=f"{path.name} {name}")
+    assert frames.finished_episodes(trace) == frames_before.finished_episodes(table)
+    assert len(before["episodes"]) > 0
+
+
+@pytest.mark.parametrize("name", ["demo.parquet", "openai-arithmetic.parquet"])
+def test_recorded_runs_make_the_same_frames_as_before(name: str) -> None:
+    """The real recordings (a streaming demo agent, an LLM agent with tokens): every frame as it was."""
+    _assert_same_frames(REPO_ROOT / "recordings" / name)
+
+
+@pytest.mark.parametrize("evaluated", [True, False], ids=["evaluated", "sessions-only"])
+def test_synthetic_runs_make_the_same_frames_as_before(tmp_path: Path, evaluated: bool) -> None:
+    """Errors, crashes, steps without rewards, rewards like 0.1 + 0.2; with and without the evaluation's rows."""
+    run = [*RUN, Episode(2, 0, [0.1, 0.2, 0.3]), Episode(2, 1, [0.7, None, 0.1], crashes=2)]
+    record(tmp_path / "run.parquet", run, evaluated=evaluated)
+    _assert_same_frames(tmp_path / "run.parquet")
+
+
+def test_a_run_resumed_into_the_same_trace_makes_the_same_frames_as_before(tmp_path: Path) -> None:
+    """Two runs in one trace (the second appended, as a resumed evaluation does): every frame as it was."""
+    path = tmp_path / "run.parquet"
+    record(path, RUN[:3])
+    stream = EventStream()
+    with Recorder(path, append=True) as recorder:
+        stream.subscribe(recorder)
+        for episode in [*RUN[3:], Episode(0, 1, [1.0])]:  # one episode again: the later row is the one kept
+            for event in events(episode):
+                stream.publish(event)
+    assert len(set(pq.read_table(path, columns=["run_id"])["run_id"].to_pylist())) == 2
+    _assert_same_frames(path)
+
+
+def test_the_parts_of_an_unfinished_trace_make_the_same_frames_as_before(tmp_path: Path) -> None:
+    """A recording still being written (its parts on disk, no compacted file yet): every frame as it was."""
+    path = tmp_path / "run.parquet"
+    stream = EventStream()
+    recorder = Recorder(path)
+    stream.subscribe(recorder)
+    try:
+        for episode in RUN:
+            for event in events(episode):
+                stream.publish(event)
+            recorder.flush()  # a part per episode
+        assert not path.exists() and len(list(parts_dir(path).glob("part-*"))) == len(RUN)
+        assert ol.load_trace(path).partial
+        _assert_same_frames(path)
+    finally:
+        recorder.close()

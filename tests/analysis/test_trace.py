@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute
 import pyarrow.parquet as pq
 import pytest
 
@@ -123,8 +125,9 @@ def test_a_damaged_compacted_trace_skips_only_its_bad_row_groups(tmp_path: Path,
     start = column.data_page_offset
     data[start : start + 40] = b"\xff" * 40  # the page header: the row group cannot be decoded
     path.write_bytes(bytes(data))
-    with pytest.raises(ors_lab.TraceFormatError, match=f"{path}"):
-        ors_lab.load_trace(path)
+    trace = ors_lab.load_trace(path)  # its footer is whole: the damage is found when the rows are read
+    with pytest.raises(ors_lab.TraceFormatError, match=rf"(?s){path} row group 1 is not readable.*skip_bad_parts=True"):
+        _ = trace.table
     trace = ors_lab.load_trace(path, skip_bad_parts=True)
     assert list(trace.skipped) == [f"{path} row group 1"]
     assert trace.table["seq"].to_pylist() == [*range(8), *range(16, 24)]
@@ -181,8 +184,9 @@ def test_null_in_a_never_null_column_is_a_trace_format_error(tmp_path: Path, par
     seq = pa.array([None, *table["seq"].to_pylist()[1:]], pa.int64())
     table = table.set_column(table.schema.get_field_index("seq"), pa.field("seq", pa.int64()), seq)
     pq.write_table(table, path)
+    trace = ors_lab.load_trace(path)  # the rows are read (and cast) when asked for
     with pytest.raises(ors_lab.TraceFormatError, match=r"Casting field 'seq' with null values"):
-        ors_lab.load_trace(path)
+        _ = trace.events
 
 
 def test_garbled_rows_are_a_trace_format_error_in_frames_and_replay(tmp_path: Path) -> None:
@@ -215,3 +219,102 @@ def test_readers_ignore_temporary_and_foreign_files_in_the_parts_folder(
     trace = ors_lab.load_trace(path)
     assert len(trace.calls) == 12 and not trace.skipped
     json.dumps(trace.metadata)  # plain values only
+
+
+# -- read where it lies: the footer at load, the columns and row groups asked for when asked -------------
+
+
+def _damage_column(path: Path, column: str, groups: range | None = None) -> None:
+    """Overwrite the first page header of ``column`` in each row group (``groups``: all) so it cannot be decoded."""
+    meta = pq.ParquetFile(path).metadata
+    data = bytearray(path.read_bytes())
+    for group in groups if groups is not None else range(meta.num_row_groups):
+        chunk = meta.row_group(group).column(meta.schema.names.index(column))
+        start = chunk.dictionary_page_offset or chunk.data_page_offset
+        data[start : start + 40] = b"\xff" * 40
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture
+def demo_copy(tmp_path: Path) -> Path:
+    """recordings/demo.parquet rewritten in row groups of 500 rows (as the recorder's, but more of them)."""
+    path = tmp_path / "demo.parquet"
+    pq.write_table(pq.read_table(REPO_ROOT / "recordings" / "demo.parquet"), path, row_group_size=500)
+    return path
+
+
+def test_load_reads_the_footer_and_no_row(demo_copy: Path) -> None:
+    """Every column's pages damaged, the footer whole: load_trace, len, repr and metadata work, the first read fails."""
+    for column in pq.read_schema(demo_copy).names:
+        _damage_column(demo_copy, column)
+    trace = ors_lab.load_trace(demo_copy)
+    assert len(trace) == 4842 and "events=4842" in repr(trace) and trace.metadata["schema_version"] == "4"
+    with pytest.raises(ors_lab.TraceFormatError, match=r"row group 0 is not readable"):
+        trace.select(["kind"])
+
+
+def test_frames_read_only_the_columns_they_need(demo_copy: Path) -> None:
+    """The data and body columns damaged: the sessions and episodes' steps frames, which never read them, still
+    come out whole; the episodes (their records are in data) say which row group they could not read."""
+    before = ors_lab.load_trace(demo_copy)
+    sessions, steps = before.sessions, before.steps
+    _damage_column(demo_copy, "body")
+    _damage_column(demo_copy, "data", range(3, 4))
+    trace = ors_lab.load_trace(demo_copy)
+    pd.testing.assert_frame_equal(trace.sessions, sessions)
+    pd.testing.assert_frame_equal(trace.steps, steps)
+    assert trace.select(["session_id", "reward"], kinds=["result"]).num_rows == 138
+    with pytest.raises(ors_lab.TraceFormatError, match=rf"{demo_copy} row group 3 is not readable"):
+        _ = trace.episodes
+
+
+def test_a_damaged_row_group_found_at_first_access_is_a_trace_format_error(demo_copy: Path) -> None:
+    """A row group whose pages are damaged loads, and is a TraceFormatError naming it where it is first read:
+    the table, a frame, a projected read, a page of events; skip_bad_parts=True reads around it."""
+    _damage_column(demo_copy, "session_id", range(5, 6))
+    trace = ors_lab.load_trace(demo_copy)
+    message = rf"{demo_copy} row group 5 is not readable"
+    for read in (lambda: trace.table, lambda: trace.calls, lambda: trace.select(["session_id"]),
+                 lambda: list(trace.event_pages(kinds=["open"]))):  # fmt: skip
+        with pytest.raises(ors_lab.TraceFormatError, match=message):
+            read()
+    skipped = ors_lab.load_trace(demo_copy, skip_bad_parts=True)
+    assert list(skipped.skipped) == [f"{demo_copy} row group 5"] and len(skipped.table) == 4842 - 500
+
+
+def test_select_reads_columns_and_kinds_in_the_traces_order(demo_copy: Path) -> None:
+    """select(columns, kinds=...) is the table's rows of those kinds with those columns, typed as the schema."""
+    trace = ors_lab.load_trace(demo_copy)
+    table = pq.read_table(demo_copy)
+    wanted = table.filter(pa.compute.is_in(table["kind"], value_set=pa.array(["open", "result"])))
+    chosen = trace.select(["seq", "session_id", "reward"], kinds=["open", "result"])
+    assert chosen.to_pydict() == wanted.select(["seq", "session_id", "reward"]).to_pydict()
+    assert chosen.schema.field("reward").type == pa.float64()
+    assert trace.select(["seq"], kinds=["no-such-kind"]).num_rows == 0
+    with pytest.raises(ValueError, match=r"no trace column 'sessoin_id'; the columns are run_id, seq"):
+        trace.select(["sessoin_id"])
+    assert "table" not in trace.__dict__  # nothing read whole
+
+
+def test_event_pages_are_the_events_a_page_at_a_time(demo_copy: Path) -> None:
+    """event_pages(rows): frames of at most that many rows that together are trace.events; filtered by kind,
+    session and columns, they are the events so filtered."""
+    trace = ors_lab.load_trace(demo_copy)
+    pages = list(trace.event_pages(700))
+    assert [len(page) for page in pages] == [700] * 6 + [642]
+    pd.testing.assert_frame_equal(pd.concat(pages, ignore_index=True), trace.events)
+    events = trace.events
+    session = events.loc[events["kind"] == "open", "session_id"].iloc[3]
+    mine = events[(events["session_id"] == session) & events["kind"].isin(["request", "result"])]
+    paged = pd.concat(trace.event_pages(5, kinds=["request", "result"], sessions=[session], columns=["seq", "kind"]),
+                      ignore_index=True)  # fmt: skip
+    pd.testing.assert_frame_equal(paged, mine[["seq", "kind"]].reset_index(drop=True))
+
+
+def test_events_of_a_trace_too_large_for_memory_are_refused(demo_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """trace.events above EVENTS_ROWS rows: TraceTooLargeError naming the trace and the paged and projected reads."""
+    monkeypatch.setattr("ors_lab.analysis.trace.EVENTS_ROWS", 4_000)
+    trace = ors_lab.load_trace(demo_copy)
+    with pytest.raises(ors_lab.TraceTooLargeError, match=rf"{demo_copy} has 4,842 events.*event_pages.*select"):
+        _ = trace.events
+    assert len(trace.episodes) == 40  # the frames are built without it

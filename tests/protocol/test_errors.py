@@ -64,7 +64,8 @@ def test_tree_drawing_parsed() -> None:
     assert TREE["SessionClosedError"] == {"ORSError"}
     assert TREE["CallDeadlineExceededError"] == {"DeadlineExceededError", "OutcomeUnknownError"}
     assert TREE["TaskIndexError"] == {"ServerError"} and TREE["TraceNotFoundError"] == {"TraceFormatError"}
-    assert len(TREE) == 24
+    assert TREE["TraceTooLargeError"] == {"TraceFormatError"}
+    assert len(TREE) == 25
 
 
 @pytest.mark.parametrize(("name", "parents"), sorted(TREE.items()))
