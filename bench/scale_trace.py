@@ -222,6 +222,19 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def targets(rows: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    """Each target of ``TARGETS`` at the largest size measured (its median), met or not."""
+    largest = max(row["episodes"] for row in rows)
+    names = {"load_s": "load_trace", "episodes_s": "the episodes table", "episodes_rss_mb": "its peak RSS (MB)",
+             "tasks_s": "the tasks table"}  # fmt: skip
+    verdicts = []
+    for figure, bound in TARGETS.items():
+        value = _median(rows, largest, figure)
+        verdicts.append((f"{largest:,} episodes: {names[figure]} {value if value is None else f'{value:,.3g}'} "
+                         f"< {bound:g}", value is not None and value < bound))  # fmt: skip
+    return verdicts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, nargs="+", default=list(SIZES))

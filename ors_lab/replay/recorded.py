@@ -53,9 +53,14 @@ KEEP = pa.system_memory_pool()
 HEADERS_PATTERN = f"^{_SPACE}\\{{{_SPACE}(?:{_PAIR}(?:,{_SPACE}{_PAIR})*)?\\}}{_SPACE}$"
 
 
+KINDS_READ = ("request", "response", "chunk", "event", "comment", "disconnect", "episode")
+"""The kinds of row replay reads: the exchanges (with their SSE items and cuts) and the episodes."""
+
+
 def _columns(trace: Trace) -> pa.Table:
-    """The columns replay reads, the one place it reads a trace."""
-    return trace.table.select(COLUMNS)
+    """The columns replay reads, the one place it reads a trace: only those columns and only the rows of
+    ``KINDS_READ`` come from the file (``Trace.select``)."""
+    return trace.select(COLUMNS, kinds=KINDS_READ)
 
 
 @dataclass(slots=True)
@@ -151,7 +156,7 @@ class Recording:
         self.broken = _broken(columns) if agent else {}
         """The agent's exchanges that broke when recorded: request seq -> the recorded transport error."""
         index = _Index(self.name, columns, _exchange_rows(columns, agent))
-        if columns.num_rows and not index.table.num_rows and not agent:
+        if len(trace) and not index.table.num_rows and not agent:
             raise TraceFormatError(f"{self.name} records no HTTP exchanges to replay (no exchange numbers)")
         self._table, self._items, self._item_starts = index.table, index.items, index.item_starts
         self.session_ids: pa.Array = index.session_ids
