@@ -12,7 +12,7 @@ columns (and, where the row groups' statistics tell, only the row groups) asked 
 ``trace.table`` (every row, every column) is read on first access. ``trace.event_pages()`` pages
 through the events as DataFrames of bounded size; ``trace.events`` is every row at once, refused
 (``TraceTooLargeError``) above ``EVENTS_ROWS`` rows rather than exhausting memory. The parts of an
-unfinished trace are read whole, once, on first need (an Arrow IPC part is read whole to be checked).
+unfinished trace are read whole at load: the recorder compacts them away when it ends.
 
 Whatever is wrong with a trace is a ``TraceFormatError`` naming the file and what is wrong, never
 another exception and never a crash: every file is read into memory and validated before use (no
@@ -46,8 +46,6 @@ from ors_lab.recording.parts import (
     check_metadata,
     kind_mask,
     part_files,
-    part_format,
-    part_schema,
     parts_dir,
     read_checked,
     select_rows,
@@ -97,8 +95,7 @@ class _Rows(Protocol):
 
 
 class _InMemory:
-    """Rows read whole (the parts of an unfinished trace, or a trace read with ``skip_bad_parts``), once,
-    when first asked for."""
+    """Rows in memory (the parts of an unfinished trace, or a trace read with ``skip_bad_parts``)."""
 
     def __init__(self, read: Callable[[], pa.Table]) -> None:
         self._read = read
@@ -408,11 +405,13 @@ class Trace:
 def load_trace(path: str | os.PathLike[str], *, skip_bad_parts: bool = False) -> Trace:
     """Open the trace at ``path``: the compacted file, or the parts of an unfinished recording.
 
-    Only the metadata is read (the Parquet footer, each part's schema), and checked; the rows are read
-    when asked for. ``TraceFormatError`` for anything wrong with it, naming the file and what is
-    wrong: now for its metadata, when they are read for its rows. A damaged part (or row group of a
-    compacted trace) is refused unless ``skip_bad_parts=True``: then the whole trace is read now,
-    the rest of it, and ``trace.skipped`` names what was left out.
+    Of a compacted trace only the metadata (the Parquet footer) is read now, and checked; its rows are
+    read when asked for. The parts of an unfinished recording are read now, whole: the recorder
+    compacts them away when it ends. ``TraceFormatError`` for anything wrong with it, naming the file
+    and what is wrong: now for its metadata and parts, when they are read for a compacted trace's
+    rows. A damaged part (or row group of a compacted trace) is refused unless
+    ``skip_bad_parts=True``: then the whole trace is read now, the rest of it, and ``trace.skipped``
+    names what was left out.
     """
     __tracebackhide__ = True
     path = Path(path)
@@ -428,13 +427,9 @@ def load_trace(path: str | os.PathLike[str], *, skip_bad_parts: bool = False) ->
     elif path.is_file():
         file, version = _open_compacted(path)
         trace = Trace(_Compacted(path, file, version), path=path, partial=False, metadata=file.schema_arrow.metadata)
-    elif parts.is_dir() and skip_bad_parts:
-        table = _read_parts(part_files(parts), skipped)
+    elif parts.is_dir():  # read now: the recorder compacts its parts away when it ends
+        table = _read_parts(part_files(parts), skipped if skip_bad_parts else None)
         trace = Trace(table, path=path, partial=True, skipped=skipped)
-    elif parts.is_dir():
-        files = part_files(parts)
-        metadata = _check_parts(files)
-        trace = Trace(_InMemory(lambda: _read_parts(files, None)), path=path, partial=True, metadata=metadata)
     else:
         raise TraceNotFoundError(f"no trace at {path}", path=str(path))
     if skipped:
@@ -455,21 +450,6 @@ def _open_compacted(path: Path) -> tuple[pq.ParquetFile, str]:
         return pq.ParquetFile(path, metadata=file.metadata, read_dictionary=dictionaries), version  # footer read once
     except Exception as exc:
         raise TraceFormatError(f"{path} is not a readable Parquet file: {exc}") from exc
-
-
-def _check_parts(files: list[Path]) -> dict[bytes, bytes] | None:
-    """Each part's schema read and checked (every bad one named); the metadata of the last (the running one)."""
-    bad: list[tuple[Path, TraceFormatError]] = []
-    metadata: dict[bytes, bytes] | None = {METADATA_SCHEMA_VERSION: SCHEMA_VERSION.encode()}
-    for file in files:
-        try:
-            schema = part_schema(file)
-            _checked(file, schema.empty_table(), part_format(file), schema.metadata)
-            metadata = schema.metadata
-        except TraceFormatError as exc:
-            bad.append((file, exc))
-    _refuse(bad)
-    return metadata
 
 
 def _read_parts(files: list[Path], skipped: dict[str, str] | None) -> pa.Table:
