@@ -99,6 +99,8 @@ def one_run(
                               subscribe=clock, backend=backend)  # fmt: skip
         wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
     finally:
+        if backend is not None:
+            backend.close()  # each round starts its workers again: the whole run's figure includes their start
         proc.terminate()
         proc.wait(timeout=30)
     _check(result)

@@ -117,6 +117,8 @@ def _eval(args: argparse.Namespace) -> int:
     created = not trace_exists(out)
     try:
         with Client(args.url) as client, contextlib.ExitStack() as stack:
+            if backend is not None:
+                stack.callback(backend.close)  # its workers, and the cluster it started, end with the run
             record: Path | Recorder = out
             if args.overwrite or args.redact or args.redact_pattern:  # else evaluate opens the trace itself
                 record = stack.enter_context(Recorder(out, append=not created and resume, overwrite=args.overwrite,

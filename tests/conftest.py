@@ -7,6 +7,7 @@ Servers are session-scoped and started lazily, once per test session, on 127.0.0
 - `demo_server`: the bundled demo environments (`ors_lab.demo.env`) on ors-sdk.
 - `counting_server`: `lab` on ors-sdk, writing the sessions it holds to a file (`tests/envs/counting_envs.py`).
 - `cutting_proxy`: a factory, `cutting_proxy(upstream_url, **options) -> CuttingProxy`.
+- `sigint_raises`: SIGINT raises KeyboardInterrupt in the test process, as in a terminal.
 - `ray_cluster`: one loopback-only local Ray cluster for the session (`ors_lab.evaluation.ray.start_local`);
   its tests skip where Ray is not installed.
 """
@@ -14,6 +15,7 @@ Servers are session-scoped and started lazily, once per test session, on 127.0.0
 from __future__ import annotations
 
 import importlib.util
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,20 @@ def ray_cluster() -> Iterator[Any]:
 
     with start_local(cpus=2) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process, as in a terminal, for the test's duration.
+
+    A process started with SIGINT ignored (a background job of a non-interactive shell, as test
+    runs often are) inherits SIG_IGN, and Python then keeps it: a SIGINT is silently dropped.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(autouse=True)

@@ -7,13 +7,16 @@ How a Ray run goes (``evaluate`` / ``aevaluate`` with ``backend=``; every other 
 means in a local run, ``concurrency`` being each worker's limit of open sessions):
 
 - Ray is imported only here, and only when a Ray run starts: ``import ors_lab`` never imports it.
-  ``address=None`` starts a private single-machine cluster for the run, loopback only
-  (``start_local``, the recipe of the project's Ray notes), and stops it after; ``"auto"`` or
+  ``address=None`` starts a private single-machine cluster on the backend's first run, loopback only
+  (``start_local``, the recipe of the project's Ray notes), kept until ``backend.close()``; ``"auto"`` or
   ``"ray://host:port"`` joins an existing cluster. A Ray already started in the process is used as
   it is (tests share one cluster per session this way).
-- ``workers`` async actors each hold their own client, their own copy of the agent (the agent is
-  pickled once, before any work: an agent that does not pickle is an ``AgentNotShippableError``; or
-  ``agent_factory`` is called by each worker) and their own limit of ``concurrency`` open sessions.
+- ``workers`` async actors, started by the backend's first run and kept for its later ones (a notebook
+  evaluating again does not wait seconds for them; ``backend.close()``, its ``with`` block's end, or the
+  backend dropped ends them). Each run ships its own job to them: each holds, for the run, its own
+  client, its own copy of the agent (the agent is pickled once, before any work: an agent that does not
+  pickle is an ``AgentNotShippableError``; or ``agent_factory`` is called by each worker) and its own
+  limit of ``concurrency`` open sessions. A worker dead for good is replaced at the next run's start.
   Worker ``n`` talks to ``servers[n % len(servers)]`` (default: the environment's own server), so
   sessions are spread over several ORS servers worker by worker.
 - Work is sharded by (task, rollout): the driver hands out shards of pairs from one queue, two
@@ -30,7 +33,8 @@ means in a local run, ``concurrency`` being each worker's limit of open sessions
   pairs it had not started; what it reported finished is never run again. Every worker dead for
   good: ``WorkersLostError``.
 - Ctrl-C or cancelling tells every worker to stop: each cancels its episodes, which delete their
-  sessions, and sends its last events; then the actors are killed and the run ends as a local one does.
+  sessions, and sends its last events; then the run ends as a local one does (a worker that did not
+  stop in time gets every actor killed; the next run starts new ones).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import shutil
 import sys
 import tempfile
 import time
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +64,7 @@ from ors_lab.protocol.errors import AgentNotShippableError, WorkersLostError
 if TYPE_CHECKING:
     from ors_lab.agents.episode import Agent
 
-__all__ = ["LOOPBACK_ENV", "Job", "LocalCluster", "RayBackend", "RayRun", "client_options", "start_local"]
+__all__ = ["LOOPBACK_ENV", "Job", "LocalCluster", "RayBackend", "RayRun", "WorkerPool", "client_options", "start_local"]
 
 LOOPBACK_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # single-node mode: node IP 127.0.0.1, every listener on loopback
@@ -77,7 +82,10 @@ REVIVE_S = 60.0
 class RayBackend:
     """Run an evaluation on Ray (see the module docstring).
 
-    ``address``: None for a private loopback cluster on this machine, started and stopped with the run;
+    Its workers (and the private cluster, if it started one) are kept from its first run to ``close()``
+    (or the end of a ``with RayBackend(...) as backend:`` block, or the backend being dropped).
+
+    ``address``: None for a private loopback cluster on this machine, started by the first run;
     ``"auto"`` or ``"ray://host:port"`` for an existing cluster. ``workers``: actors running episodes.
     ``cpus``: Ray CPUs each worker reserves (fractions for IO-bound agents). ``servers``: ORS server URLs
     to spread the workers over (default: the environment's). ``shard``: pairs per unit of work (0: chosen
@@ -96,6 +104,8 @@ class RayBackend:
     agent_factory: Callable[[], Agent | Policy] | None = None
     options: dict[str, Any] = field(default_factory=dict)
     """More ``ray.remote`` options for the worker actors (resources, a ``runtime_env``, ...)."""
+    pool: WorkerPool = field(init=False, repr=False, compare=False)
+    """The workers, started by the first run and kept for the next ones until ``close()``."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -104,6 +114,20 @@ class RayBackend:
             raise ValueError(f"cpus must be 0 or more, not {self.cpus}")
         if self.restarts < 0:
             raise ValueError(f"restarts must be 0 or more, not {self.restarts}")
+        pool = WorkerPool()
+        object.__setattr__(self, "pool", pool)
+        weakref.finalize(self, pool.close)  # a backend dropped (or the interpreter ending) stops its workers
+
+    def close(self) -> None:
+        """Its workers killed, and the local cluster its first run started (if it did) stopped.
+        A later run starts them again."""
+        self.pool.close()
+
+    def __enter__(self) -> RayBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # -- a loopback-only local cluster ---------------------------------------------------------------
@@ -227,33 +251,46 @@ class Job:
     client: dict[str, Any]
 
 
-class _Worker:
-    """An actor running episodes: its own client, agent and limit of open sessions.
+@dataclass
+class _Shipped:
+    """One run as a worker holds it: its client (on the server the worker was given), agent, limit of open
+    sessions, and the episodes it has going."""
 
-    ``run(pairs)`` is a streaming generator: it yields ``(clock offset, events)`` batches as the
-    episodes go, the last one when they have all ended. ``stop()`` cancels every episode (each
-    deletes its session) and returns once they have ended.
+    job: Job
+    client: AsyncClient
+    agent: Agent
+    limit: asyncio.Semaphore
+    episodes: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+class _Worker:
+    """An actor running episodes, for each run its backend is given.
+
+    ``begin(run, ...)`` takes a run's job, server and agent (each run ships its own, so one actor serves
+    run after run); ``run(run, pairs)`` is a streaming generator: it yields ``(clock offset, events)``
+    batches as the episodes go, the last one when they have all ended. ``stop(run)`` cancels the run's
+    episodes (each deletes its session) and returns once they have ended; ``end(run)`` forgets it.
     """
 
-    def __init__(self, name: str, url: str, job: Job, agent: Any, factory: Any) -> None:
-        self.name, self.url, self.job = name, url, job
-        self.agent = as_agent(factory() if factory is not None else agent)
-        self.client: AsyncClient | None = None
-        self.limit: asyncio.Semaphore | None = None
-        self.episodes: set[asyncio.Task[None]] = set()
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.runs: dict[str, _Shipped] = {}
 
-    async def run(self, pairs: list[tuple[int, int]]) -> AsyncIterator[tuple[int, list[Event]]]:
+    async def begin(self, run: str, url: str, job: Job, agent: Any, factory: Any) -> None:
+        if run in self.runs:  # told again after a restart, by each of its feeders: once is enough
+            return
+        self.runs[run] = _Shipped(job, AsyncClient(url, **job.client), as_agent(factory() if factory else agent),
+                                  asyncio.Semaphore(job.concurrency))  # fmt: skip
+
+    async def run(self, run: str, pairs: list[tuple[int, int]]) -> AsyncIterator[tuple[int, list[Event]]]:
         from ors_lab.evaluation.run import _episode
 
-        if self.client is None:  # made in the actor's loop
-            self.client = AsyncClient(self.url, **self.job.client)
-            self.limit = asyncio.Semaphore(self.job.concurrency)
-        assert self.limit is not None
+        shipped = self.runs[run]
         buffer: list[Event] = []
         events = EventStream()
         events.subscribe(buffer.append)
-        env = AsyncEnvironment(self.client, self.job.environment, events=events)
-        job, limit, agent = self.job, self.limit, self.agent
+        env = AsyncEnvironment(shipped.client, shipped.job.environment, events=events)
+        job, limit, agent = shipped.job, shipped.limit, shipped.agent
 
         async def one(index: int, rollout: int) -> None:
             async with limit:
@@ -261,7 +298,7 @@ class _Worker:
                                job.success_threshold, job.agent_name, worker=self.name)  # fmt: skip
 
         pending = {asyncio.create_task(one(index, rollout)) for index, rollout in pairs}
-        self.episodes |= pending
+        shipped.episodes |= pending
         offset = wall_ns(0)
         try:
             while pending:
@@ -271,26 +308,112 @@ class _Worker:
                     buffer.clear()
                     yield offset, batch
         finally:
-            self.episodes -= pending
+            shipped.episodes -= pending
         if buffer:
             yield offset, buffer[:]
 
-    async def stop(self) -> None:
-        episodes = list(self.episodes)
+    async def stop(self, run: str) -> None:
+        shipped = self.runs.get(run)
+        episodes = list(shipped.episodes) if shipped is not None else []
         for task in episodes:
             task.cancel()
         if episodes:
             await asyncio.wait(episodes)
 
+    async def end(self, run: str) -> None:
+        await self.stop(run)
+        shipped = self.runs.pop(run, None)
+        if shipped is not None:
+            await shipped.client.aclose()
+
+    def running(self) -> int:
+        """How many episodes it has going, over every run."""
+        return sum(len(shipped.episodes) for shipped in self.runs.values())
+
     def pid(self) -> int:
         return os.getpid()
+
+
+# -- the workers a backend keeps between runs ----------------------------------------------------
+
+
+class WorkerPool:
+    """A ``RayBackend``'s worker actors: made by its first run, reused by the next ones, each run shipping
+    its own job and agent to them. An actor dead for good is replaced at the next run's start; a cluster
+    that ended (``ray.shutdown()``) takes its actors with it, and the next run makes new ones.
+
+    ``pids[n]``: the processes worker ``n`` has run in (one more each time Ray restarts it).
+    """
+
+    def __init__(self) -> None:
+        self.actors: list[Any] = []
+        self.pids: list[set[int]] = []
+        self.cluster: LocalCluster | None = None
+        self.owner: tuple[str, str] | None = None  # the (job, node) of the Ray connection the actors belong to
+
+    def ready(self, backend: RayBackend) -> list[Any]:
+        """Ray connected (or a local cluster started) and ``backend.workers`` actors made, if they were not."""
+        started = _connect(backend.address)  # Ray up: nothing to do; else a cluster joined, or started here
+        if started is not None:
+            self.cluster = started
+        if self.owner != _connection():
+            self.actors, self.pids = [], []
+        self.owner = _connection()
+        while len(self.actors) < backend.workers:
+            self.actors.append(self._make(backend, len(self.actors)))
+            self.pids.append(set())
+        return self.actors
+
+    def replace(self, backend: RayBackend, n: int) -> Any:
+        """Worker ``n`` dead for good: a new actor in its place."""
+        self._kill(self.actors[n])
+        self.actors[n], self.pids[n] = self._make(backend, n), set()
+        return self.actors[n]
+
+    def _make(self, backend: RayBackend, n: int) -> Any:
+        import ray
+
+        actor = ray.remote(_Worker).options(
+            num_cpus=backend.cpus, max_restarts=backend.restarts, max_concurrency=1000, **backend.options
+        )
+        return actor.remote(f"w{n}")
+
+    def _kill(self, actor: Any) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.kill(actor)
+
+    def discard(self) -> None:
+        """Every actor killed (the next run makes new ones); the cluster, if the pool started it, kept."""
+        if self.actors and "ray" in sys.modules and _connection() == self.owner:
+            for actor in self.actors:
+                self._kill(actor)
+        self.actors, self.pids = [], []
+
+    def close(self) -> None:
+        """Every actor killed, and the local cluster the pool started (if it did) stopped."""
+        self.discard()
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+
+def _connection() -> tuple[str, str] | None:
+    """Which Ray connection this process has (its job and node), None if none."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    return context.get_job_id(), context.get_node_id()
 
 
 # -- the driver ----------------------------------------------------------------------------------
 
 
 class RayRun:
-    """One evaluation's work on Ray: the actors, the queue of pairs, the events brought back.
+    """One evaluation's work on Ray: the backend's workers, the queue of pairs, the events brought back.
 
     ``publish`` takes each event the workers send (on the driver's clock); ``lost`` each session of
     an episode a dead worker had not finished (its failure already published).
@@ -300,46 +423,53 @@ class RayRun:
         self.backend, self.env, self.agent, self.job = backend, env, agent, job
         self.publish: Callable[[Event], None] = _unattached
         self.lost: Callable[[str], None] = _unattached
-        self.cluster: LocalCluster | None = None
-        self.actors: list[Any] = []
+        self.pool = backend.pool
+        self.id = secrets.token_hex(8)  # the run's name on the workers
+        self.shipped: Any = None  # the agent in Ray's object store, sent to each worker by reference
         self.todo: deque[tuple[int, int]] = deque()
         self.stopping = False
-        self.pids: dict[int, set[int]] = {}  # id(actor) -> the processes it has run in (one more each restart)
+        self.stuck = False  # a worker did not stop in time: the actors are killed at the end
 
     def attach(self, publish: Callable[[Event], None], lost: Callable[[str], None]) -> None:
         """Where the workers' events go, and whom a lost session is told to."""
         self.publish, self.lost = publish, lost
 
     def start(self) -> None:
-        """Ray connected (or started), the agent checked and shipped, the actors created."""
+        """Ray connected (or started), the agent checked and shipped, the backend's actors ready."""
         if self.backend.address is None and "ray" not in sys.modules:
             _loopback_env()  # before the first import of Ray, which checking the agent makes
         _check_shippable(self.agent, self.backend)
-        self.cluster = _connect(self.backend.address)
+        self.pool.ready(self.backend)
         import ray
 
-        agent = None if self.backend.agent_factory is not None else self.agent  # sent with each actor, inline
+        self.shipped = ray.put(None if self.backend.agent_factory is not None else self.agent)
+
+    async def _begin(self, n: int, replace: bool = True) -> None:
+        """Worker ``n`` told about this run (its server, job and agent). At the run's start (``replace``),
+        one dead for good (killed between runs, or restarted too often) is replaced by a new one first."""
+        from ray.exceptions import RayActorError
+
         servers = list(self.backend.servers) or [self.env.client.base_url]
-        actor = ray.remote(_Worker).options(
-            num_cpus=self.backend.cpus,
-            max_restarts=self.backend.restarts,
-            max_concurrency=1000,
-            **self.backend.options,
-        )
-        self.actors = [
-            actor.remote(f"w{n}", servers[n % len(servers)], self.job, agent, self.backend.agent_factory)
-            for n in range(self.backend.workers)
-        ]
+        for attempt in range(2 if replace else 1):
+            actor = self.pool.actors[n]
+            try:
+                self.pool.pids[n].add(await actor.pid.remote())  # up and answering before the first shard
+                await actor.begin.remote(self.id, servers[n % len(servers)], self.job, self.shipped,
+                                         self.backend.agent_factory)  # fmt: skip
+                return
+            except RayActorError:
+                if attempt or not replace:
+                    raise
+                self.pool.replace(self.backend, n)
 
     async def run(self, pairs: Sequence[tuple[int, int]]) -> None:
         """Run ``pairs`` to their end on the workers; cancelled, stop every worker first."""
         self.todo = deque(pairs)
-        for actor, pid in zip(self.actors, await asyncio.gather(*(a.pid.remote() for a in self.actors)), strict=True):
-            self.pids[id(actor)] = {pid}  # each worker up and answering before the first shard
+        await asyncio.gather(*(self._begin(n) for n in range(self.backend.workers)))
         feeders = [
-            asyncio.create_task(self._feed(actor), name=f"ors-lab ray feeder {n}")
+            asyncio.create_task(self._feed(n), name=f"ors-lab ray feeder {n}")
             for _ in range(2)  # two shards in flight per worker: no idle gap between them
-            for n, actor in enumerate(self.actors)  # the first shards one per worker
+            for n in range(self.backend.workers)  # the first shards one per worker
         ]
         try:  # not gather: cancelling this task must not cancel the feeders before the workers stop
             await asyncio.wait(feeders)
@@ -359,10 +489,13 @@ class RayRun:
         """Every worker told to stop (its episodes cancelled, their sessions deleted, its last events sent)."""
         self.stopping = True
         self.todo.clear()
-        stops = [actor.stop.remote() for actor in self.actors]
-        with contextlib.suppress(Exception):
+        stops = [actor.stop.remote(self.id) for actor in self.pool.actors]
+        try:
             await asyncio.wait_for(asyncio.gather(*stops, return_exceptions=True), CLEANUP_TIMEOUT)
+        except Exception:
+            self.stuck = True
         _, late = await asyncio.wait(feeders, timeout=CLEANUP_TIMEOUT)
+        self.stuck |= bool(late)
         for feeder in late:
             feeder.cancel()
         for feeder in feeders:
@@ -371,11 +504,11 @@ class RayRun:
 
     def _shard(self) -> list[tuple[int, int]]:
         size = self.backend.shard or max(1, min(4 * self.job.concurrency,
-                                                 math.ceil(len(self.todo) / (2 * len(self.actors)))))  # fmt: skip
+                                                 math.ceil(len(self.todo) / (2 * len(self.pool.actors)))))  # fmt: skip
         return [self.todo.popleft() for _ in range(min(size, len(self.todo)))]
 
-    async def _feed(self, actor: Any) -> None:
-        """Hand shards to one worker until the queue is empty (or the worker is dead for good)."""
+    async def _feed(self, n: int) -> None:
+        """Hand shards to worker ``n`` until the queue is empty (or the worker is dead for good)."""
         from ray.exceptions import RayActorError
 
         while self.todo and not self.stopping:
@@ -383,29 +516,34 @@ class RayRun:
             started: dict[tuple[int, int], tuple[str, int]] = {}
             ended: set[tuple[int, int]] = set()
             try:
-                async for ref in actor.run.options(num_returns="streaming").remote(shard):
+                async for ref in self.pool.actors[n].run.options(num_returns="streaming").remote(self.id, shard):
                     offset, batch = await ref
                     self._take(offset, batch, started, ended)
             except RayActorError as exc:
                 self._lose(shard, started, ended, exc)
-                if not await self._revived(actor):
+                if not await self._revived(n):
                     return
 
-    async def _revived(self, actor: Any) -> bool:
-        """Whether a worker that died is back (Ray restarts it, ``restarts`` times at most): it answers
-        within ``REVIVE_S``, and has not been restarted more often than allowed."""
+    async def _revived(self, n: int) -> bool:
+        """Whether worker ``n``, dead, is back (Ray restarts it, ``restarts`` times at most) and told about
+        this run again: it answers within ``REVIVE_S``, and has not been restarted more often than allowed."""
         from ray.exceptions import RayActorError
 
         deadline = time.monotonic() + REVIVE_S
         while time.monotonic() < deadline and not self.stopping:
             try:
-                pid = await actor.pid.remote()
+                pid = await self.pool.actors[n].pid.remote()
             except RayActorError:
                 await asyncio.sleep(0.2)
                 continue
-            pids = self.pids.setdefault(id(actor), set())
-            pids.add(pid)
-            return len(pids) <= self.backend.restarts + 1
+            self.pool.pids[n].add(pid)
+            if len(self.pool.pids[n]) > self.backend.restarts + 1:
+                return False
+            try:
+                await self._begin(n, replace=False)
+            except RayActorError:
+                continue
+            return True
         return False
 
     def _take(
@@ -450,16 +588,13 @@ class RayRun:
             self.todo.extendleft(reversed([pair for pair in shard if pair not in ended]))
 
     def close(self) -> None:
-        """The actors killed; a local cluster this run started, stopped."""
-        import ray
-
-        for actor in self.actors:
+        """The run forgotten by the workers, which stay for the backend's next run; all of them killed if one
+        did not stop in time."""
+        if self.stuck:
+            self.pool.discard()
+        for actor in self.pool.actors:
             with contextlib.suppress(Exception):
-                ray.kill(actor)
-        self.actors = []
-        if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+                actor.end.remote(self.id)
 
 
 def _unattached(_: Any) -> None:

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,20 +71,6 @@ def test_keyboard_interrupt_deletes_the_session(ors_sdk_server: Any) -> None:
                 raise KeyboardInterrupt
         assert session.closed
         assert ping_status(ors_sdk_server.url, session.sid) == 404
-
-
-@pytest.fixture
-def sigint_raises() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt in this process, as in a terminal, for the test's duration.
-
-    A process started with SIGINT ignored (a background job of a non-interactive shell, as test
-    runs often are) inherits SIG_IGN, and Python then keeps it: a SIGINT is silently dropped.
-    """
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def ctrl_c_once_running(event: Any) -> None:

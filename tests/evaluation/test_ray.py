@@ -1,6 +1,8 @@
 """Evaluations on Ray (``ors_lab.evaluation.ray``): one loopback-only local cluster for the session, real
-reference servers, real traces. The same run gives the same result here and on Ray; the trace is one,
-naming each session's worker; a killed worker, Ctrl-C and resume behave as the module docstring says."""
+reference servers, real traces, and one two-worker backend (`two`) shared by the tests that need no
+backend of their own: its workers start once (seconds each) and serve run after run, as a notebook's do.
+The same run gives the same result here and on Ray; the trace is one, naming each session's worker; a
+killed worker, Ctrl-C and resume behave as the module docstring says."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +25,34 @@ import pyarrow.compute as pc
 import pytest
 
 import ors_lab as ol
-from ors_lab import AgentNotShippableError, AsyncClient, Client
+from ors_lab import AgentNotShippableError, AsyncClient, Client, EvaluationInterrupted
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.evaluation import aevaluate, evaluate
 from ors_lab.evaluation.ray import RayBackend
 from ors_lab.events import Event
 from ors_lab.feed import FeedReader, FeedState
+from tests.envs.counting_envs import live_sessions
 from tests.evaluation.policies import expected_reward, lab_policy, slow_lab_policy, slower_lab_policy
 from tests.notebook.test_run_view import figures
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
-TWO = RayBackend(workers=2, cpus=0.5)
-"""Two workers on the session's 2-CPU cluster."""
+
+@pytest.fixture(scope="module")
+def two(ray_cluster: Any) -> Iterator[RayBackend]:
+    """Two workers on the session's 2-CPU cluster, kept for every test of the module that uses them."""
+    with RayBackend(workers=2, cpus=0.5) as backend:
+        yield backend
+
+
+@pytest.fixture(scope="module")
+def spread(ray_cluster: Any, ors_sdk_server: ServerProcess, openreward_server: ServerProcess) -> Iterator[RayBackend]:
+    """Two workers, w0 on the ors-sdk server and w1 on the openreward one (both serve the same `lab`): for
+    the tests that spread the workers, or kill one (not one of `two`'s)."""
+    with RayBackend(workers=2, cpus=0.5, servers=[ors_sdk_server.url, openreward_server.url]) as backend:
+        yield backend
+
+
 TIMES = ("started", "duration_s", "session_id")
 """What differs between two runs of the same episodes: when and where they ran."""
 
@@ -70,7 +88,9 @@ def test_import_ors_lab_never_imports_ray() -> None:
     assert out.strip() == "False"
 
 
-def test_ray_and_local_runs_give_the_same_result(reference_server: ServerProcess, tmp_path: Path) -> None:
+def test_ray_and_local_runs_give_the_same_result(
+    reference_server: ServerProcess, tmp_path: Path, two: RayBackend
+) -> None:
     """The same evaluation here and on two Ray workers: the same episode rewards and outcomes, the same
     `tasks` table; the Ray run's trace is one file whose every session's rows name one worker, both used."""
     path = tmp_path / "ray.parquet"
@@ -78,7 +98,7 @@ def test_ray_and_local_runs_give_the_same_result(reference_server: ServerProcess
         lab = client.environment("lab")
         local = evaluate(lab, lab_policy, split="train", rollouts=6, concurrency=4, progress=False)
         on_ray = evaluate(lab, lab_policy, split="train", rollouts=6, concurrency=4, progress=False, record=path,
-                          backend=TWO)  # fmt: skip
+                          backend=two)  # fmt: skip
     pd.testing.assert_frame_equal(local.episodes.drop(columns=list(TIMES)), on_ray.episodes.drop(columns=list(TIMES)))
     pd.testing.assert_frame_equal(local.tasks, on_ray.tasks)
     keys = zip(on_ray.episodes["task_index"], on_ray.episodes["rollout"], strict=True)
@@ -103,18 +123,24 @@ class LockedAgent:
         return lab_policy(obs)
 
 
-def test_an_agent_that_does_not_pickle_fails_before_any_work(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
-    """A clear typed error (also a TypeError), raised before a trace or a session is made; a factory ships it."""
+def test_an_agent_that_does_not_pickle_fails_before_any_work(
+    ors_sdk_server: ServerProcess, tmp_path: Path, two: RayBackend
+) -> None:
+    """A clear typed error (also a TypeError), raised before a trace or a session is made; a factory ships it.
+    `close()` (here the end of the backend's `with` block) ends the backend's worker processes."""
     path = tmp_path / "run.parquet"
     with Client(ors_sdk_server.url) as client:
         lab = client.environment("lab")
         with pytest.raises(AgentNotShippableError, match="LockedAgent cannot be sent to Ray workers") as caught:
-            evaluate(lab, LockedAgent(), split="train", record=path, progress=False, backend=TWO)
+            evaluate(lab, LockedAgent(), split="train", record=path, progress=False, backend=two)
         assert isinstance(caught.value, TypeError)
         assert not path.exists() and not path.with_name(path.name + ".parts").exists()
-        made = evaluate(lab, LockedAgent(), split="train", rollouts=2, progress=False,
-                        backend=RayBackend(workers=1, cpus=0.5, agent_factory=LockedAgent))  # fmt: skip
+        with RayBackend(workers=1, cpus=0.5, agent_factory=LockedAgent) as factory:
+            made = evaluate(lab, LockedAgent(), split="train", rollouts=2, progress=False, backend=factory)
+            worker = psutil.Process(next(iter(factory.pool.pids[0])))
     assert list(made.episodes["reward"]) == [expected_reward("train", i, r) for i in range(3) for r in range(2)]
+    _, alive = psutil.wait_procs([worker], timeout=10)  # the `with` block's end closed the backend: its worker ended
+    assert alive == [] and factory.pool.actors == []
 
 
 def _episode_rows(path: Path) -> list[dict[str, Any]]:
@@ -135,34 +161,24 @@ class EpisodesEnded:
             self.reached.set()
 
 
-def _worker_pids() -> list[int]:
-    """The processes of this session's Ray actors running episodes."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if any("_Worker" in part for part in child.cmdline()):
-                found.append(child.pid)
-        except psutil.Error:
-            continue
-    return found
-
-
 async def test_a_killed_worker_loses_only_its_unfinished_episodes(
-    ors_sdk_server: ServerProcess, tmp_path: Path
+    ors_sdk_server: ServerProcess, tmp_path: Path, spread: RayBackend
 ) -> None:
     """SIGKILL one of two workers mid-run: its unfinished episodes are recorded failed and run again; the
-    result has every pair once, right; no pair finished without an error twice."""
+    result has every pair once, right; no pair finished without an error twice; Ray restarts it."""
     path = tmp_path / "run.parquet"
     ended = EpisodesEnded(6)
+    backend = spread
     async with AsyncClient(ors_sdk_server.url) as client:
         run = asyncio.create_task(aevaluate(client.environment("lab"), slower_lab_policy, split="test", rollouts=20,
                                             concurrency=4, record=path, progress=False, subscribe=ended,
-                                            backend=TWO))  # fmt: skip
+                                            backend=backend))  # fmt: skip
         await asyncio.wait_for(ended.reached.wait(), timeout=120)
-        pids = _worker_pids()
-        assert len(pids) == 2, pids
+        pids = [max(pids) for pids in backend.pool.pids]
+        assert len(set(pids)) == 2, pids
         os.kill(pids[0], signal.SIGKILL)
         result = await asyncio.wait_for(run, timeout=120)
+    assert len(backend.pool.pids[0]) == 2  # w0 restarted: a second process
     keys = list(zip(result.episodes["task_index"], result.episodes["rollout"], strict=True))
     assert sorted(keys) == [(i, r) for i in range(2) for r in range(20)]
     assert list(result.episodes["reward"]) == [expected_reward("test", i, r) for i, r in keys]
@@ -175,16 +191,16 @@ async def test_a_killed_worker_loses_only_its_unfinished_episodes(
 
 
 async def test_cancelling_stops_every_worker_and_resume_finishes_the_run(
-    ors_sdk_server: ServerProcess, tmp_path: Path
+    ors_sdk_server: ServerProcess, tmp_path: Path, two: RayBackend
 ) -> None:
     """Cancel a Ray run part-way: every session deleted, the trace whole; `resume=True` on Ray runs only
-    what the trace does not hold finished, each pair once."""
+    what the trace does not hold finished, each pair once, on the same worker processes (kept between runs)."""
     path = tmp_path / "run.parquet"
     ended = EpisodesEnded(8)
     async with AsyncClient(ors_sdk_server.url) as client:
         lab = client.environment("lab")
         run = asyncio.create_task(aevaluate(lab, slow_lab_policy, split="train", rollouts=20, concurrency=4,
-                                            record=path, progress=False, subscribe=ended, backend=TWO))  # fmt: skip
+                                            record=path, progress=False, subscribe=ended, backend=two))  # fmt: skip
         await asyncio.wait_for(ended.reached.wait(), timeout=120)
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -195,8 +211,10 @@ async def test_cancelling_stops_every_worker_and_resume_finishes_the_run(
         assert len(sessions) and sessions["closed"].notna().all()  # every session opened was deleted
         done = sum(1 for row in _episode_rows(path) if row["error"] is None)
         assert 8 <= done < 60
+        processes = [set(pids) for pids in two.pool.pids]
         result = await aevaluate(lab, lab_policy, split="train", rollouts=20, record=path, progress=False,
-                                 backend=TWO)  # fmt: skip
+                                 backend=two)  # fmt: skip
+    assert [set(pids) for pids in two.pool.pids] == processes and all(len(pids) == 1 for pids in processes)
     assert result.resumed == done
     keys = list(zip(result.episodes["task_index"], result.episodes["rollout"], strict=True))
     assert sorted(keys) == [(i, r) for i in range(3) for r in range(20)]
@@ -205,7 +223,7 @@ async def test_cancelling_stops_every_worker_and_resume_finishes_the_run(
     assert good == dict.fromkeys(keys, 1)
 
 
-def test_the_live_feed_shows_a_ray_run_as_a_local_one(ors_sdk_server: ServerProcess) -> None:
+def test_the_live_feed_shows_a_ray_run_as_a_local_one(ors_sdk_server: ServerProcess, two: RayBackend) -> None:
     """A feed reader of a Ray run ends with the run's own figures; `subscribe=` saw every episode."""
     state = FeedState("")
     seen: list[Event] = []
@@ -213,7 +231,7 @@ def test_the_live_feed_shows_a_ray_run_as_a_local_one(ors_sdk_server: ServerProc
         reader = FeedReader(feed.url, state.take).start()
         reader.wait_ready()
         result = evaluate(client.environment("lab"), lab_policy, split="train", rollouts=4, feed=feed,
-                          progress=False, subscribe=seen.append, backend=TWO)  # fmt: skip
+                          progress=False, subscribe=seen.append, backend=two)  # fmt: skip
     assert reader.wait(10) and reader.status == "ended"  # the feed closed: the reader reads to its end
     assert state.run is not None
     snap: dict[str, Any] = state.run.snapshot()
@@ -222,14 +240,13 @@ def test_the_live_feed_shows_a_ray_run_as_a_local_one(ors_sdk_server: ServerProc
 
 
 def test_servers_spread_the_workers_over_several_ors_servers(
-    ors_sdk_server: ServerProcess, openreward_server: ServerProcess, tmp_path: Path
+    ors_sdk_server: ServerProcess, openreward_server: ServerProcess, tmp_path: Path, spread: RayBackend
 ) -> None:
     """`servers=[a, b]`: worker w0 opens its sessions on a, w1 on b (the trace's /create URLs say so)."""
     path = tmp_path / "run.parquet"
-    servers = [ors_sdk_server.url, openreward_server.url]
     with Client(ors_sdk_server.url) as client:
         result = evaluate(client.environment("lab"), lab_policy, split="train", rollouts=4, record=path,
-                          progress=False, backend=RayBackend(workers=2, cpus=0.5, servers=servers))  # fmt: skip
+                          progress=False, backend=spread)  # fmt: skip
     assert list(result.episodes["reward"]) == [expected_reward("train", i, r) for i in range(3) for r in range(4)]
     table = ol.load_trace(path).table
     creates = table.filter(pc.and_(pc.equal(table["kind"], "request"), pc.match_substring(table["url"], "/create")))
@@ -238,10 +255,39 @@ def test_servers_spread_the_workers_over_several_ors_servers(
     assert where == {("w0", ors_sdk_server.url), ("w1", openreward_server.url)}
 
 
+@pytest.mark.usefixtures("sigint_raises")
+def test_ctrl_c_on_a_sync_ray_run_stops_every_worker_and_keeps_the_partial_result(
+    counting_server: tuple[ServerProcess, Path], two: RayBackend
+) -> None:
+    """A real SIGINT to this process once the first episode has ended: `evaluate` raises
+    `EvaluationInterrupted` (a KeyboardInterrupt) as a local run does, with the partial result (also
+    `last_result()`); every worker stops its episodes and the server holds none of the run's sessions."""
+    import ray
+
+    server, live = counting_server
+    before = live_sessions(live)
+    interrupted = threading.Event()
+
+    def ctrl_c_after_the_first_episode(event: Event) -> None:
+        if event.kind == "episode" and not interrupted.is_set():
+            interrupted.set()
+            threading.Timer(0.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    with Client(server.url) as client, pytest.raises(EvaluationInterrupted) as caught:
+        evaluate(client.environment("lab"), slow_lab_policy, split="train", rollouts=20, concurrency=4,
+                 progress=False, subscribe=ctrl_c_after_the_first_episode, backend=two)  # fmt: skip
+    partial = caught.value.result
+    assert partial is not None and partial is ol.last_result()
+    assert 1 <= len(partial) < 60
+    ended = partial.episodes[partial.episodes["finish_reason"].notna()]  # as a local run's: every episode begun
+    keys = zip(ended["task_index"], ended["rollout"], strict=True)
+    assert len(ended) >= 1 and list(ended["reward"]) == [expected_reward("train", i, r) for i, r in keys]
+    assert ray.get([actor.running.remote() for actor in two.pool.actors], timeout=30) == [0, 0]
+    assert live_sessions(live) - before == set()
+
+
 def test_bad_backend_arguments_fail_clearly() -> None:
     with pytest.raises(ValueError, match="workers must be 1 or more"):
         RayBackend(workers=0)
     with pytest.raises(ValueError, match="restarts must be 0 or more"):
         RayBackend(restarts=-1)
-
-
