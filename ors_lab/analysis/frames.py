@@ -726,7 +726,7 @@ def episodes_frame(
     ids, sid = _episode_ids(opened, outcomes, names)
     if not len(ids):
         return _typed(pd.DataFrame(), EPISODES_COLUMNS)
-    known = _at(sid, opened, _SID)
+    known = _at(sid, opened.select(["environment", "split", "task_index", "task", "errors", _SID]), _SID)
     counts = _step_counts(rows) if steps is None else _counted(codes[-1])
     frame = pa.table({
         "session_id": ids, **{name: known[name] for name in ("environment", "split", "task_index", "task")},
@@ -737,7 +737,7 @@ def episodes_frame(
     parts = []
     if not pc.all(recorded).as_py():  # sessions no evaluation ran: their steps reduced here
         steps = steps_frame(source) if steps is None else steps
-        bare = _pandas(frame.filter(pc.invert(recorded))).set_index("session_id")
+        bare = _pandas(_plain(frame.filter(pc.invert(recorded)))).set_index("session_id")
         reduced = _reduced(bare, steps, _pandas(opened).set_index("session_id"), _rollouts(rows), reward,
                            success_threshold)  # fmt: skip
         parts.append(_table(reduced.reset_index(), _ORDERED_EPISODES))
@@ -748,7 +748,14 @@ def episodes_frame(
     return _typed(_in_order(parts, _ORDERED_EPISODES), EPISODES_COLUMNS)
 
 
-_ORDERED_EPISODES = {**EPISODES_COLUMNS, "order": _I64}
+_IDS = pa.dictionary(pa.int32(), _STR)
+"""Session ids while the episodes are put together: indices into ``_coded``'s names, decoded once, at the end."""
+_ORDERED_EPISODES = {**EPISODES_COLUMNS, "session_id": _IDS, "order": _I64}
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """``table`` with its session ids plain strings."""
+    return table.set_column(table.schema.get_field_index("session_id"), "session_id", table["session_id"].cast(_STR))
 
 
 def _reduced(bare: pd.DataFrame, steps: pd.DataFrame, opened: pd.DataFrame, rollouts: pa.Table, reward: Reduction,
@@ -769,15 +776,16 @@ def _reduced(bare: pd.DataFrame, steps: pd.DataFrame, opened: pd.DataFrame, roll
 
 def _episode_ids(opened: pa.Table, outcomes: pa.Table, names: pa.Array) -> tuple[pa.Array, pa.Array]:
     """The episodes' session ids (those that opened, then those only an episode row names; each once) and
-    their codes (``_SID``; ``names``: code -> id)."""
+    their codes (``_SID``; ``names``: code -> id); the ids ``_IDS``, the codes' indices into ``names``."""
     sid = pc.unique(pa.concat_arrays([opened[_SID].combine_chunks(), outcomes[_SID].combine_chunks()]))
-    return names.take(sid), sid
+    return pa.DictionaryArray.from_arrays(sid.cast(pa.int32()), names), sid
 
 
 def _recorded(frame: pa.Table, outcomes: pa.Table, names: Sequence[str]) -> pa.Table:
     """An evaluation's episodes as their ``episode`` rows recorded them: ``names`` and the start taken from there
     (where, the row's where it says, else the session's); both tables ``_coded``."""
-    outcome = _at(frame[_SID], outcomes, _SID)
+    outcome = _at(frame[_SID], outcomes.select(list(dict.fromkeys(["environment", "split", "task_index", "started",
+                                                                   *names, _SID]))), _SID)  # fmt: skip
     mine = {name: frame[name] for name in frame.column_names if name != _SID}
     for name in ("environment", "split", "task_index"):
         mine[name] = pc.coalesce(outcome[name], frame[name])
@@ -790,6 +798,8 @@ def _recorded(frame: pa.Table, outcomes: pa.Table, names: Sequence[str]) -> pa.T
 
 def _in_order(parts: list[pa.Table], columns: Mapping[str, pa.DataType]) -> pa.Table:
     """The parts as one table in the episodes' order (environment, split, task, rollout, then as recorded)."""
+    if len(parts) > 1 and "session_id" in columns:  # ids of dictionaries that differ (a null in one): plain
+        columns = {**columns, "session_id": _STR}
     together = pa.concat_tables([_table(part, columns) for part in parts])
     keys = ["environment", "split", "task_index", "rollout", "order"]
     return together.sort_by([(key, "ascending", "at_end") for key in keys]).drop_columns(["order"])
@@ -994,7 +1004,8 @@ def listing_frame(source: Source) -> pd.DataFrame:
     ids, sid = _episode_ids(opened, outcomes, names)
     if not len(ids):
         return _typed(pd.DataFrame(), LISTING_COLUMNS)
-    known = _at(sid, opened, _SID)
+    where = ["environment", "split", "task_index", "errors", "duration_s", "opened", _SID]
+    known = _at(sid, opened.select(where), _SID)
     results = rows.ends.filter(pc.equal(rows.ends["kind"], "result")).select([_SID, "reward", "finished"])
     per = _at(sid, results.group_by(_SID).aggregate(
         [("reward", "sum"), ("reward", "count"), ("finished", "any"), (_SID, "count")]), _SID)  # fmt: skip
@@ -1013,7 +1024,7 @@ def listing_frame(source: Source) -> pd.DataFrame:
         parts.append(
             _recorded(frame.filter(recorded), outcomes, ("rollout", "reward", "finished", "duration_s", "error"))
         )
-    return _typed(_in_order(parts, {**LISTING_COLUMNS, "order": _I64}), LISTING_COLUMNS)
+    return _typed(_in_order(parts, {**LISTING_COLUMNS, "session_id": _IDS, "order": _I64}), LISTING_COLUMNS)
 
 
 def finished_episodes(source: Source) -> dict[tuple[str, str, int, int], str]:
