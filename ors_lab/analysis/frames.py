@@ -541,15 +541,16 @@ def _outcome_rows(episodes: pa.Table) -> pa.Table:
 
 
 def _records_of(data: pa.Array) -> pa.Table:
-    """The episode records (JSON, one a row) of ``data`` read by Arrow's JSON reader, ``_OUTCOME``'s fields."""
+    """The episode records (JSON, one a row) of ``data`` read by Arrow's JSON reader, ``_OUTCOME``'s fields: the
+    records read where they lie, one after another in the array's buffer (an object ends where the next begins:
+    no line between them is needed, nor copied in)."""
     if data.null_count:
         raise ValueError("an episode row has no record in its data")
-    lines = pc.binary_join_element_wise(
-        data.cast(pa.large_string()), pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string())
-    )
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
-    text = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
-    options = pa_json.ParseOptions(explicit_schema=_OUTCOME, unexpected_field_behavior="ignore")
+    data = data.cast(pa.large_string())
+    offsets = np.frombuffer(data.buffers()[1], dtype=np.int64)[data.offset : data.offset + len(data) + 1]
+    text = data.buffers()[2][int(offsets[0]) : int(offsets[-1])] if len(data) else pa.py_buffer(b"")
+    options = pa_json.ParseOptions(explicit_schema=_OUTCOME, unexpected_field_behavior="ignore",
+                                   newlines_in_values=True)  # fmt: skip
     record = pa_json.read_json(pa.BufferReader(text), parse_options=options)
     if record.num_rows != len(data):
         raise ValueError(f"{len(data)} episode rows hold {record.num_rows} records")
