@@ -8,7 +8,9 @@ they are looked at. The work is Arrow's (``pyarrow.compute``, ``Table.group_by``
 columns; Python runs once per task (the exact mean and stderr, pass@k) or per call (its output
 text), never per row, and pandas only takes the finished tables. ``episodes`` (with ``tasks``,
 ``errors``, ``summary`` and the viewer's ``listing``) reads the few kinds of rows an episode is made
-of in one pass, a piece at a time, each kind slimmed to what is taken of it (``_EpisodeRows``).
+of in one pass, a piece at a time, each kind slimmed to what is taken of it (``_EpisodeRows``); their
+session ids, layers and kinds stay the file's dictionaries (kinds matched by their few values, the ids
+integer codes from each piece's dictionary, made strings once, in the finished frame).
 All columns are Arrow-backed (``pd.ArrowDtype``): nullable integers and booleans stay what they
 are, strings stay Arrow strings.
 
