@@ -8,7 +8,9 @@ they are looked at. The work is Arrow's (``pyarrow.compute``, ``Table.group_by``
 columns; Python runs once per task (the exact mean and stderr, pass@k) or per call (its output
 text), never per row, and pandas only takes the finished tables. ``episodes`` (with ``tasks``,
 ``errors``, ``summary`` and the viewer's ``listing``) reads the few kinds of rows an episode is made
-of in one pass, a piece at a time, each kind slimmed to what is taken of it (``_EpisodeRows``).
+of in one pass, a piece at a time, each kind slimmed to what is taken of it (``_EpisodeRows``); their
+session ids, layers and kinds stay the file's dictionaries (kinds matched by their few values, the ids
+integer codes from each piece's dictionary, made strings once, in the finished frame).
 All columns are Arrow-backed (``pd.ArrowDtype``): nullable integers and booleans stay what they
 are, strings stay Arrow strings.
 
@@ -34,7 +36,6 @@ import math
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import pairwise
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
 import numpy as np
@@ -45,7 +46,7 @@ import pyarrow.json as pa_json
 
 from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k, reduce_reward, stderr
 from ors_lab.notebook.turns import STREAM_KINDS, join_stream, output_text
-from ors_lab.recording.parts import select_rows
+from ors_lab.recording.parts import kind_mask, select_rows
 from ors_lab.recording.schema import SCHEMA
 
 __all__ = [
@@ -278,6 +279,9 @@ class Rows(Protocol):
 
     def scan(self, columns: Sequence[str], *, kinds: Sequence[str] | None = None) -> Iterator[pa.Table]: ...
 
+    def _scan(self, columns: Sequence[str], kinds: Sequence[str] | None = None,
+              encoded: Sequence[str] = ()) -> Iterator[pa.Table]: ...  # fmt: skip
+
 
 Source: TypeAlias = pa.Table | Rows
 """A trace's rows: a table in memory (an evaluation's), or a ``Trace`` read where it lies."""
@@ -294,12 +298,14 @@ def _select(source: Source, columns: Sequence[str], kinds: Sequence[str] | None 
     return table.select(list(columns))
 
 
-def _pieces(source: Source, columns: Sequence[str], kinds: Sequence[str] | None = None) -> Iterator[pa.Table]:
-    """The rows of ``kinds`` with ``columns``, a piece at a time (a trace's few row groups; a table whole)."""
+def _pieces(source: Source, columns: Sequence[str], kinds: Sequence[str] | None = None,
+            encoded: Sequence[str] = ()) -> Iterator[pa.Table]:  # fmt: skip
+    """The rows of ``kinds`` with ``columns``, a piece at a time (a trace's few row groups; a table whole); the
+    ``encoded`` columns as the file holds them (dictionary-encoded) where it does."""
     if isinstance(source, pa.Table):
         yield select_rows(source, columns, kinds)
     else:
-        yield from source.scan(columns, kinds=kinds)
+        yield from source._scan(columns, kinds, encoded)
 
 
 def _pandas(table: pa.Table) -> pd.DataFrame:
@@ -316,6 +322,8 @@ def _ends(table: pa.Table, keys: list[str], last: bool = True) -> pa.Table:
     """The last (or first) row of each group of ``keys``, in the order of those rows in ``table``."""
     if keys == [_SID]:  # integer codes: by numpy, without hashing
         return table.take(_coded_ends(_codes(table[_SID]), last))
+    if keys == [_SID, "call"] and not table["call"].null_count:  # codes and call numbers: by numpy's unique
+        return table.take(_paired_ends(_codes(table[_SID]), _codes(table["call"]), last))
     which = "max" if last else "min"
     places = pa.table({**{key: table[key] for key in keys}, "_at": np.arange(table.num_rows, dtype=np.int64)})
     picked = places.group_by(keys, use_threads=False).aggregate([("_at", which)])[f"_at_{which}"]
@@ -402,7 +410,7 @@ def _json(text: str) -> Any:
 
 def sessions_frame(source: Source) -> pd.DataFrame:
     """One row per session that opened."""
-    return _typed(_pandas(_sessions(_coded(_episode_rows(source, outcomes=False))[0])), SESSIONS_COLUMNS)
+    return _typed(_pandas(_sessions(_episode_rows(source, outcomes=False)[0])), SESSIONS_COLUMNS)
 
 
 def _sessions(rows: _EpisodeRows) -> pa.Table:
@@ -447,6 +455,18 @@ def _coded_ends(codes: np.ndarray, last: bool) -> np.ndarray:
     return np.flatnonzero(chosen)
 
 
+def _paired_ends(codes: np.ndarray, calls: np.ndarray, last: bool) -> np.ndarray:
+    """The places of each (code, call)'s last (or first) occurrence, ascending."""
+    if not len(codes):
+        return np.zeros(0, np.int64)
+    low = calls.min()
+    pairs = codes * (int(calls.max() - low) + 1) + (calls - low)  # one integer a pair (codes < 2^31, calls < 2^32)
+    if int(pairs.max()) < 4 * len(pairs) + 1024:  # few calls a session: a lookup array of the pairs
+        return _coded_ends(pairs, last)
+    _, places = np.unique(pairs[::-1] if last else pairs, return_index=True)
+    return np.sort(len(pairs) - 1 - places if last else places)
+
+
 def _coded_at(keys: np.ndarray, codes: np.ndarray) -> pa.Array:
     """For each of ``keys``, its place in ``codes`` (each code there once), null where it is not."""
     size = int(max(keys.max(initial=-1), codes.max(initial=-1))) + 1
@@ -459,10 +479,9 @@ def _coded_at(keys: np.ndarray, codes: np.ndarray) -> pa.Array:
 # -- steps, episodes, tasks: the run's view ------------------------------------------------------------
 
 
-def _rollouts(rows: _EpisodeRows, key: str = "session_id") -> pa.Table:
-    """``key`` (the session id, or its ``_sid`` in rows ``_coded``) -> rollout (a table), from the evaluation's
-    ``start`` and ``episode`` rows: the last given."""
-    return _ends(rows.rollouts, [key])
+def _rollouts(rows: _EpisodeRows) -> pa.Table:
+    """``_sid`` -> rollout (a table), from the evaluation's ``start`` and ``episode`` rows: the last given."""
+    return _ends(rows.rollouts, [_SID])
 
 
 def steps_frame(source: Source, calls: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -471,7 +490,8 @@ def steps_frame(source: Source, calls: pd.DataFrame | None = None) -> pd.DataFra
     calls = calls_frame(source, outputs=False) if calls is None else calls
     steps = calls[calls["outcome"] == "result"].copy()
     steps["order"] = pd.factorize(steps["session_id"])[0]  # sessions in the order they began
-    rollouts = _at(_arrow(steps["session_id"], _STR), _rollouts(_episode_rows(source, outcomes=False)))["rollout"]
+    rows, _, (codes,) = _episode_rows(source, _arrow(steps["session_id"], _STR), outcomes=False)
+    rollouts = _at(codes, _rollouts(rows), _SID)["rollout"]
     steps["rollout"] = pd.arrays.ArrowExtensionArray(rollouts.cast(_I64))
     steps = _typed(steps, {**STEPS_COLUMNS, "order": _I64})
     steps = steps.sort_values(["environment", "split", "task_index", "rollout", "order", "call"], kind="stable",
@@ -490,8 +510,9 @@ def _step_counts(rows: _EpisodeRows) -> pa.Table:
 
 def _counted(sessions: pa.ChunkedArray | pa.Array) -> pa.Table:
     """_sid -> how many times it is in ``sessions`` (``steps``)."""
-    counts = pa.table({_SID: sessions}).group_by(_SID).aggregate([(_SID, "count")])
-    return pa.table({_SID: counts[_SID], "steps": counts[f"{_SID}_count"]})
+    counts = np.bincount(_codes(sessions))
+    present = np.flatnonzero(counts)
+    return pa.table({_SID: pa.array(present), "steps": pa.array(counts[present])})
 
 
 _OUTCOME = pa.schema(
@@ -522,15 +543,16 @@ def _outcome_rows(episodes: pa.Table) -> pa.Table:
 
 
 def _records_of(data: pa.Array) -> pa.Table:
-    """The episode records (JSON, one a row) of ``data`` read by Arrow's JSON reader, ``_OUTCOME``'s fields."""
+    """The episode records (JSON, one a row) of ``data`` read by Arrow's JSON reader, ``_OUTCOME``'s fields: the
+    records read where they lie, one after another in the array's buffer (an object ends where the next begins:
+    no line between them is needed, nor copied in)."""
     if data.null_count:
         raise ValueError("an episode row has no record in its data")
-    lines = pc.binary_join_element_wise(
-        data.cast(pa.large_string()), pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string())
-    )
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
-    text = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
-    options = pa_json.ParseOptions(explicit_schema=_OUTCOME, unexpected_field_behavior="ignore")
+    data = data.cast(pa.large_string())
+    offsets = np.frombuffer(data.buffers()[1], dtype=np.int64)[data.offset : data.offset + len(data) + 1]
+    text = data.buffers()[2][int(offsets[0]) : int(offsets[-1])] if len(data) else pa.py_buffer(b"")
+    options = pa_json.ParseOptions(explicit_schema=_OUTCOME, unexpected_field_behavior="ignore",
+                                   newlines_in_values=True)  # fmt: skip
     record = pa_json.read_json(pa.BufferReader(text), parse_options=options)
     if record.num_rows != len(data):
         raise ValueError(f"{len(data)} episode rows hold {record.num_rows} records")
@@ -552,7 +574,7 @@ _EPISODE_KINDS = ["open", "close", "ping", "result", "call_error", "start", "epi
 _OUTCOME_ROWS = ["session_id", "environment", "split", "task_index", "rollout", "reward", "finished", "error", "data",
                  *TOKENS]  # fmt: skip
 _COUNTED = {"calls": ("result", "call_error"), "errors": ("call_error",), "pings": ("ping",)}
-_COUNTED_KINDS = pa.array(sorted({kind for kinds in _COUNTED.values() for kind in kinds}))
+_COUNTED_KINDS = sorted({kind for kinds in _COUNTED.values() for kind in kinds})
 
 
 class _EpisodeRows(NamedTuple):
@@ -567,71 +589,104 @@ class _EpisodeRows(NamedTuple):
     outcomes: pa.Table  # the agent's episode rows, their records read (without the record's text)
 
 
-def _episode_rows(source: Source, *, outcomes: bool = True) -> _EpisodeRows:
+_ENCODED = ["session_id", "layer", "kind"]
+"""The columns ``_episode_rows`` reads as the file holds them, dictionary-encoded (never decoded row by row)."""
+
+
+def _episode_rows(source: Source, *more: pa.Array | pa.ChunkedArray,
+                  outcomes: bool = True) -> tuple[_EpisodeRows, pa.Array, list[pa.Array]]:  # fmt: skip
     """``_EpisodeRows`` of ``source``, a piece at a time (so that no more than a piece of the rows read is held
-    whole); ``outcomes=False`` leaves the episode rows' records unread."""
+    whole), ``_coded`` with the session ids of ``more``; ``outcomes=False`` leaves the episode rows' records
+    unread. ``_ENCODED`` are read dictionary-encoded: kinds matched by their few values, and each piece's
+    session ids kept as indices into its dictionary, the dictionaries made one code each at the end."""
     columns = ["session_id", "layer", "kind", "wall", "environment", "split", "task_index", "task", "rollout", "call",
                "ok", "reward", "finished", *(["error", "data", *TOKENS] if outcomes else [])]  # fmt: skip
     kept: dict[str, list[pa.Table]] = {name: [] for name in _EpisodeRows._fields}
+    dictionaries: list[pa.Array] = []
 
-    def keep(split: Future[dict[str, pa.Table]]) -> None:
-        for name, table in split.result().items():
-            kept[name].append(table)
+    def keep(split: Future[tuple[dict[str, pa.Table], pa.Array]]) -> None:
+        tables, dictionary = split.result()
+        offset = sum(map(len, dictionaries))  # this piece's indices, after those of the pieces before
+        for name, table in tables.items():
+            kept[name].append(table.set_column(0, "session_id", pc.add(table["session_id"].cast(_I64), offset)))
+        dictionaries.append(dictionary)
 
     with ThreadPoolExecutor(max_workers=1) as splitter:  # a piece is split while the next is read (both free the GIL)
-        pending: deque[Future[dict[str, pa.Table]]] = deque()
-        for piece in _pieces(source, columns, _EPISODE_KINDS):
+        pending: deque[Future[tuple[dict[str, pa.Table], pa.Array]]] = deque()
+        for piece in _pieces(source, columns, _EPISODE_KINDS, _ENCODED):
             pending.append(splitter.submit(_split, piece, outcomes))
             if len(pending) > 1:  # one piece read ahead at most
                 keep(pending.popleft())
         for split in pending:
             keep(split)
-    return _EpisodeRows(*(pa.concat_tables(tables).combine_chunks() if tables else _EMPTY[name].empty_table()
+    rows = _EpisodeRows(*(pa.concat_tables(tables).combine_chunks() if tables else _EMPTY[name].empty_table()
                           for name, tables in kept.items()))  # fmt: skip  # one chunk: Arrow's take is slow over many
+    return _coded(rows, dictionaries, *more)
 
 
-def _split(piece: pa.Table, outcomes: bool) -> dict[str, pa.Table]:
+def _split(piece: pa.Table, outcomes: bool) -> tuple[dict[str, pa.Table], pa.Array]:
     """One piece of the episode rows, split by kind into ``_EpisodeRows``' tables (each mask made once, each
-    table taking only its own columns)."""
-    kind, agent = piece["kind"], pc.equal(piece["layer"], "agent")
+    table taking only its own columns), their ``session_id`` the index into the piece's dictionary of ids
+    (returned beside them)."""
+    ids = piece["session_id"]
+    ids = (ids if pa.types.is_dictionary(ids.type) else pc.dictionary_encode(ids)).combine_chunks()  # one dictionary
+    piece = piece.set_column(piece.schema.get_field_index("session_id"), "session_id", ids.indices)
+    kind, agent = piece["kind"], kind_mask(piece["layer"], ["agent"])
     mine = pc.and_(pc.invert(agent), pc.is_valid(piece["session_id"]))
     refused = pc.fill_null(pc.equal(piece["ok"], False), False)  # a close whose delete failed
 
     def rows(mask: pa.ChunkedArray, names: Sequence[str]) -> pa.Table:
-        return piece.select(list(names)).filter(mask)
+        table = piece.select(list(names)).filter(mask)
+        return table.set_column(names.index("kind"), "kind", table["kind"].cast(_STR)) if "kind" in names else table
 
     return {
-        "opens": rows(pc.and_(mine, pc.equal(kind, "open")), _EMPTY["opens"].names),
-        "closes": rows(pc.and_(pc.and_(mine, pc.equal(kind, "close")), pc.invert(refused)), ["session_id", "wall"]),
-        "counts": rows(pc.and_(mine, pc.is_in(kind, value_set=_COUNTED_KINDS)), ["session_id", "kind"]),
-        "ends": rows(pc.and_(pc.invert(agent), pc.is_in(kind, value_set=pa.array(["result", "call_error"]))),
-                     _EMPTY["ends"].names),
-        "rollouts": rows(pc.and_(pc.and_(agent, pc.is_in(kind, value_set=pa.array(["start", "episode"]))),
+        "opens": rows(pc.and_(mine, kind_mask(kind, ["open"])), _EMPTY["opens"].names),
+        "closes": rows(pc.and_(pc.and_(mine, kind_mask(kind, ["close"])), pc.invert(refused)), ["session_id", "wall"]),
+        "counts": rows(pc.and_(mine, kind_mask(kind, _COUNTED_KINDS)), ["session_id", "kind"]),
+        "ends": rows(pc.and_(pc.invert(agent), kind_mask(kind, ["result", "call_error"])), _EMPTY["ends"].names),
+        "rollouts": rows(pc.and_(pc.and_(agent, kind_mask(kind, ["start", "episode"])),
                                  pc.is_valid(piece["rollout"])), ["session_id", "rollout"]),
-        "outcomes": _outcome_rows(rows(pc.and_(agent, pc.equal(kind, "episode")), _OUTCOME_ROWS))
+        "outcomes": _outcome_rows(rows(pc.and_(agent, kind_mask(kind, ["episode"])), _OUTCOME_ROWS))
         if outcomes else _EMPTY["outcomes"].empty_table(),
-    }  # fmt: skip
+    }, ids.dictionary  # fmt: skip
 
 
 _SID = "_sid"
 """The column ``_coded`` adds: a row's session id as an integer code (what groups and joins are keyed by)."""
 
 
-def _coded(rows: _EpisodeRows, *more: pa.Array | pa.ChunkedArray) -> tuple[_EpisodeRows, pa.Array, list[pa.Array]]:
-    """``rows`` with ``_SID`` in each table: every session id (of ``rows`` and of ``more``) encoded once as an
-    integer code, so that groups and joins by session hash integers, not strings (a null id a code of its own:
-    a group, and a match, as Arrow's group_by and index_in take it); the ids (code -> id), and the codes of
-    ``more``."""
-    tables = [*(table["session_id"] for table in rows), *(pa.chunked_array([ids]) if isinstance(ids, pa.Array)
-                                                           else ids for ids in more)]  # fmt: skip
-    chunks = [chunk for ids in tables for chunk in ids.chunks] or [pa.array([], _STR)]
-    encoded = pc.dictionary_encode(pa.chunked_array(chunks, _STR), null_encoding="encode")
-    codes = pa.chunked_array([chunk.indices for chunk in encoded.chunks], pa.int32()).cast(_I64)
-    bounds = np.cumsum([0, *(len(ids) for ids in tables)])
-    parts = [codes.slice(start, end - start) for start, end in pairwise(bounds)]
-    coded = _EpisodeRows(*(table.append_column(_SID, part) for table, part in zip(rows, parts, strict=False)))
-    names = encoded.chunks[0].dictionary if encoded.num_chunks else pa.array([], _STR)  # one, shared by the chunks
-    return coded, names, [part.combine_chunks() for part in parts[len(rows) :]]
+def _coded(rows: _EpisodeRows, dictionaries: list[pa.Array],
+           *more: pa.Array | pa.ChunkedArray) -> tuple[_EpisodeRows, pa.Array, list[pa.Array]]:  # fmt: skip
+    """``rows`` (their ``session_id`` indices into ``dictionaries``, one after another) with ``_SID`` in each table:
+    every session id (of ``rows`` and of ``more``) an integer code, so that groups and joins by session
+    hash integers, not strings (a null id a code of its own: a group, and a match, as Arrow's group_by
+    and index_in take it), and ``session_id`` the id again (dictionary-encoded by the codes); the ids
+    (code -> id), and the codes of ``more``."""
+    offset, places = sum(map(len, dictionaries)), []
+    for ids in more:
+        encoded = pc.dictionary_encode(ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids)
+        places.append(pc.add(encoded.indices.cast(_I64), offset))
+        dictionaries, offset = [*dictionaries, encoded.dictionary], offset + len(encoded.dictionary)
+    every = pc.dictionary_encode(pa.concat_arrays([d.cast(_STR) for d in dictionaries]) if dictionaries
+                                 else pa.array([], _STR))  # fmt: skip  # each id once, whichever pieces hold it
+    null = len(every.dictionary)  # the code of a null id
+    code_of = np.append(np.asarray(every.indices.to_numpy(zero_copy_only=False), np.int64), null)
+    names = pa.concat_arrays([every.dictionary, pa.nulls(1, _STR)])
+
+    def codes(indices: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        return code_of[np.asarray(pc.fill_null(indices, offset).to_numpy(zero_copy_only=False), np.int64)]
+
+    def coded(table: pa.Table) -> pa.Table:
+        local = table["session_id"]
+        sid = codes(local)
+        ids = pa.DictionaryArray.from_arrays(pa.array(sid.astype(np.int32), mask=~_valid(local)), names)
+        return table.set_column(0, "session_id", ids).append_column(_SID, pa.array(sid))
+
+    return _EpisodeRows(*map(coded, rows)), names, [pa.array(codes(part)) for part in places]
+
+
+def _valid(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), np.bool_)
 
 
 def _fields(*names: str) -> pa.Schema:
@@ -646,7 +701,8 @@ _EMPTY = {
     "rollouts": _fields("session_id", "rollout"),
     "outcomes": pa.schema([*_fields(*(n for n in _OUTCOME_ROWS if n != "data")), *_OUTCOME]),
 }
-"""The schema of each of ``_EpisodeRows``' tables (for a trace without such rows)."""
+_EMPTY = {name: schema.set(0, pa.field("session_id", _I64)) for name, schema in _EMPTY.items()}
+"""The schema of each of ``_EpisodeRows``' tables as read (for a trace without such rows): ``session_id`` an index."""
 
 
 def episodes_frame(
@@ -667,13 +723,13 @@ def episodes_frame(
     check_reduction(reward)
     given = _table(sessions, SESSIONS_COLUMNS) if sessions is not None else None
     counted = [] if steps is None else [_arrow(steps["session_id"], _STR)]
-    rows, names, codes = _coded(_episode_rows(source), *([] if given is None else [given["session_id"]]), *counted)
+    rows, names, codes = _episode_rows(source, *([] if given is None else [given["session_id"]]), *counted)
     opened = _sessions(rows) if given is None else given.append_column(_SID, codes[0])
     outcomes = _outcomes(rows)
     ids, sid = _episode_ids(opened, outcomes, names)
     if not len(ids):
         return _typed(pd.DataFrame(), EPISODES_COLUMNS)
-    known = _at(sid, opened, _SID)
+    known = _at(sid, opened.select(["environment", "split", "task_index", "task", "errors", _SID]), _SID)
     counts = _step_counts(rows) if steps is None else _counted(codes[-1])
     frame = pa.table({
         "session_id": ids, **{name: known[name] for name in ("environment", "split", "task_index", "task")},
@@ -684,7 +740,7 @@ def episodes_frame(
     parts = []
     if not pc.all(recorded).as_py():  # sessions no evaluation ran: their steps reduced here
         steps = steps_frame(source) if steps is None else steps
-        bare = _pandas(frame.filter(pc.invert(recorded))).set_index("session_id")
+        bare = _pandas(_plain(frame.filter(pc.invert(recorded)))).set_index("session_id")
         reduced = _reduced(bare, steps, _pandas(opened).set_index("session_id"), _rollouts(rows), reward,
                            success_threshold)  # fmt: skip
         parts.append(_table(reduced.reset_index(), _ORDERED_EPISODES))
@@ -695,7 +751,14 @@ def episodes_frame(
     return _typed(_in_order(parts, _ORDERED_EPISODES), EPISODES_COLUMNS)
 
 
-_ORDERED_EPISODES = {**EPISODES_COLUMNS, "order": _I64}
+_IDS = pa.dictionary(pa.int32(), _STR)
+"""Session ids while the episodes are put together: indices into ``_coded``'s names, decoded once, at the end."""
+_ORDERED_EPISODES = {**EPISODES_COLUMNS, "session_id": _IDS, "order": _I64}
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """``table`` with its session ids plain strings."""
+    return table.set_column(table.schema.get_field_index("session_id"), "session_id", table["session_id"].cast(_STR))
 
 
 def _reduced(bare: pd.DataFrame, steps: pd.DataFrame, opened: pd.DataFrame, rollouts: pa.Table, reward: Reduction,
@@ -708,7 +771,7 @@ def _reduced(bare: pd.DataFrame, steps: pd.DataFrame, opened: pd.DataFrame, roll
     bare["total_reward"], bare["final_reward"], bare["reward"] = (list(c) for c in zip(*values, strict=True))
     bare["success"] = [value >= success_threshold for _, _, value in values]
     bare["finished"] = by_session["finished"].any().reindex(bare.index, fill_value=False)
-    bare["rollout"] = _pandas(_at(pa.array(bare.index, _STR), rollouts))["rollout"].to_numpy()
+    bare["rollout"] = _pandas(_at(_arrow(bare[_SID], _I64), rollouts, _SID))["rollout"].to_numpy()
     bare["started"] = opened["opened"].reindex(bare.index)
     bare["duration_s"] = opened["duration_s"].reindex(bare.index)
     return bare
@@ -716,15 +779,16 @@ def _reduced(bare: pd.DataFrame, steps: pd.DataFrame, opened: pd.DataFrame, roll
 
 def _episode_ids(opened: pa.Table, outcomes: pa.Table, names: pa.Array) -> tuple[pa.Array, pa.Array]:
     """The episodes' session ids (those that opened, then those only an episode row names; each once) and
-    their codes (``_SID``; ``names``: code -> id)."""
+    their codes (``_SID``; ``names``: code -> id); the ids ``_IDS``, the codes' indices into ``names``."""
     sid = pc.unique(pa.concat_arrays([opened[_SID].combine_chunks(), outcomes[_SID].combine_chunks()]))
-    return names.take(sid), sid
+    return pa.DictionaryArray.from_arrays(sid.cast(pa.int32()), names), sid
 
 
 def _recorded(frame: pa.Table, outcomes: pa.Table, names: Sequence[str]) -> pa.Table:
     """An evaluation's episodes as their ``episode`` rows recorded them: ``names`` and the start taken from there
     (where, the row's where it says, else the session's); both tables ``_coded``."""
-    outcome = _at(frame[_SID], outcomes, _SID)
+    outcome = _at(frame[_SID], outcomes.select(list(dict.fromkeys(["environment", "split", "task_index", "started",
+                                                                   *names, _SID]))), _SID)  # fmt: skip
     mine = {name: frame[name] for name in frame.column_names if name != _SID}
     for name in ("environment", "split", "task_index"):
         mine[name] = pc.coalesce(outcome[name], frame[name])
@@ -737,6 +801,8 @@ def _recorded(frame: pa.Table, outcomes: pa.Table, names: Sequence[str]) -> pa.T
 
 def _in_order(parts: list[pa.Table], columns: Mapping[str, pa.DataType]) -> pa.Table:
     """The parts as one table in the episodes' order (environment, split, task, rollout, then as recorded)."""
+    if len(parts) > 1 and "session_id" in columns:  # ids of dictionaries that differ (a null in one): plain
+        columns = {**columns, "session_id": _STR}
     together = pa.concat_tables([_table(part, columns) for part in parts])
     keys = ["environment", "split", "task_index", "rollout", "order"]
     return together.sort_by([(key, "ascending", "at_end") for key in keys]).drop_columns(["order"])
@@ -936,12 +1002,13 @@ def listing_frame(source: Source) -> pd.DataFrame:
     ``call_error``, ``start`` and ``episode`` rows by Arrow alone, without the per-call frames.
 
     A session no evaluation ran takes the sum of its rewards (``episodes``' default reduction)."""
-    rows, names, _ = _coded(_episode_rows(source))  # one pass over the trace; the rest is small
+    rows, names, _ = _episode_rows(source)  # one pass over the trace; the rest is small
     opened, outcomes = _sessions(rows), _outcomes(rows)
     ids, sid = _episode_ids(opened, outcomes, names)
     if not len(ids):
         return _typed(pd.DataFrame(), LISTING_COLUMNS)
-    known = _at(sid, opened, _SID)
+    where = ["environment", "split", "task_index", "errors", "duration_s", "opened", _SID]
+    known = _at(sid, opened.select(where), _SID)
     results = rows.ends.filter(pc.equal(rows.ends["kind"], "result")).select([_SID, "reward", "finished"])
     per = _at(sid, results.group_by(_SID).aggregate(
         [("reward", "sum"), ("reward", "count"), ("finished", "any"), (_SID, "count")]), _SID)  # fmt: skip
@@ -950,7 +1017,7 @@ def listing_frame(source: Source) -> pd.DataFrame:
         "session_id": ids, **{name: known[name] for name in ("environment", "split", "task_index")},
         "steps": pc.fill_null(per[f"{_SID}_count"], 0), "errors": pc.fill_null(known["errors"], 0),
         "reward": pc.if_else(rewarded, per["reward_sum"], 0.0), "finished": pc.fill_null(per["finished_any"], False),
-        "rollout": _at(sid, _rollouts(rows, _SID), _SID)["rollout"], "duration_s": known["duration_s"],
+        "rollout": _at(sid, _rollouts(rows), _SID)["rollout"], "duration_s": known["duration_s"],
         "started": known["opened"], "error": pa.nulls(len(ids), _STR), "order": np.arange(len(ids), dtype=np.int64),
         _SID: sid,
     })  # fmt: skip
@@ -960,7 +1027,7 @@ def listing_frame(source: Source) -> pd.DataFrame:
         parts.append(
             _recorded(frame.filter(recorded), outcomes, ("rollout", "reward", "finished", "duration_s", "error"))
         )
-    return _typed(_in_order(parts, {**LISTING_COLUMNS, "order": _I64}), LISTING_COLUMNS)
+    return _typed(_in_order(parts, {**LISTING_COLUMNS, "session_id": _IDS, "order": _I64}), LISTING_COLUMNS)
 
 
 def finished_episodes(source: Source) -> dict[tuple[str, str, int, int], str]:

@@ -91,7 +91,9 @@ class _Rows(Protocol):
 
     def count(self) -> int: ...
 
-    def pieces(self, columns: Sequence[str], kinds: Sequence[str] | None) -> Iterator[pa.Table]: ...
+    def pieces(
+        self, columns: Sequence[str], kinds: Sequence[str] | None, encoded: Sequence[str] = ()
+    ) -> Iterator[pa.Table]: ...
 
 
 class _InMemory:
@@ -107,7 +109,9 @@ class _InMemory:
     def count(self) -> int:
         return int(self.table.num_rows)
 
-    def pieces(self, columns: Sequence[str], kinds: Sequence[str] | None) -> Iterator[pa.Table]:
+    def pieces(
+        self, columns: Sequence[str], kinds: Sequence[str] | None, encoded: Sequence[str] = ()
+    ) -> Iterator[pa.Table]:
         yield select_rows(self.table, columns, kinds)
 
 
@@ -122,30 +126,41 @@ class _Compacted:
     def count(self) -> int:
         return int(self.file.metadata.num_rows)
 
-    def pieces(self, columns: Sequence[str], kinds: Sequence[str] | None) -> Iterator[pa.Table]:
+    def pieces(
+        self, columns: Sequence[str], kinds: Sequence[str] | None, encoded: Sequence[str] = ()
+    ) -> Iterator[pa.Table]:
         read = [name for name in dict.fromkeys([*columns, *(["kind"] if kinds is not None else [])])
                 if name in self.present]  # fmt: skip
         groups = [i for i in range(self.file.num_row_groups) if kinds is None or self._may_hold(i, kinds)]
         for start in range(0, len(groups), GROUPS_AT_ONCE):
             batch = groups[start : start + GROUPS_AT_ONCE]
             try:
-                table = self._checked(self.file.read_row_groups(batch, columns=read, use_threads=True), columns, kinds)
+                table = self._checked(self.file.read_row_groups(batch, columns=read, use_threads=True), columns, kinds,
+                                      encoded)  # fmt: skip
             except Exception:  # whatever a damaged row group makes the reader raise: find which, and say so
-                table = pa.concat_tables([self._group(index, read, columns, kinds) for index in batch])
+                table = pa.concat_tables([self._group(index, read, columns, kinds, encoded) for index in batch])
             yield table
 
-    def _checked(self, table: pa.Table, columns: Sequence[str], kinds: Sequence[str] | None) -> pa.Table:
+    def _checked(self, table: pa.Table, columns: Sequence[str], kinds: Sequence[str] | None,
+                 encoded: Sequence[str] = ()) -> pa.Table:  # fmt: skip
         """Rows as read: validated, those of ``kinds`` kept, and made this version (``kind`` is read as a
-        dictionary, matched by its few values)."""
+        dictionary, matched by its few values); the ``encoded`` columns read as dictionaries are left so
+        (their dictionaries unified: one a read), not made plain strings."""
         table.validate(full=True)
         if kinds is not None:
             table = table.filter(kind_mask(table["kind"], kinds))
-        return upgrade(table, self.version, columns).combine_chunks()  # one chunk a read: Arrow's kernels run faster
+        kept = {name: table[name] for name in encoded if name in columns and name in table.column_names
+                and pa.types.is_dictionary(table.schema.field(name).type)}  # fmt: skip
+        table = upgrade(table.drop_columns(list(kept)), self.version, [name for name in columns if name not in kept])
+        if kept:
+            table = pa.table({name: kept[name] if name in kept else table[name] for name in columns})
+        return table.combine_chunks()  # one chunk a read: Arrow's kernels run faster
 
-    def _group(self, index: int, read: list[str], columns: Sequence[str], kinds: Sequence[str] | None) -> pa.Table:
+    def _group(self, index: int, read: list[str], columns: Sequence[str], kinds: Sequence[str] | None,
+               encoded: Sequence[str] = ()) -> pa.Table:  # fmt: skip
         """One row group, read and ``_checked``; ``TraceFormatError`` naming it if it cannot be."""
         try:
-            return self._checked(self.file.read_row_group(index, columns=read), columns, kinds)
+            return self._checked(self.file.read_row_group(index, columns=read), columns, kinds, encoded)
         except Exception as exc:
             raise TraceFormatError(f"{self.path} row group {index} is not readable: {exc}; {SKIP_HINT}") from exc
 
@@ -229,13 +244,19 @@ class Trace:
     def scan(self, columns: Sequence[str], *, kinds: Sequence[str] | None = None) -> Iterator[pa.Table]:
         """``select``, a piece at a time: Arrow tables of the rows of ``kinds`` with ``columns``, each from a few
         row groups of the file, in the trace's order; for work over a trace larger than memory."""
+        return self._scan(columns, kinds)
+
+    def _scan(self, columns: Sequence[str], kinds: Sequence[str] | None = None,
+              encoded: Sequence[str] = ()) -> Iterator[pa.Table]:  # fmt: skip
+        """``scan``, with the ``encoded`` columns of a compacted trace left dictionary-encoded as the file holds
+        them (each piece one dictionary a column; a column not so in the file, or rows in memory, plain)."""
         unknown = [name for name in columns if name not in COLUMNS]
         if unknown:
             raise ValueError(f"no trace column {', '.join(map(repr, unknown))}; the columns are {', '.join(COLUMNS)}")
         if "table" in self.__dict__:  # read whole already
             yield select_rows(self.table, columns, kinds)
         else:
-            yield from self._rows.pieces(columns, kinds)
+            yield from self._rows.pieces(columns, kinds, encoded)
 
     def event_pages(
         self,
