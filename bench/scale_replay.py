@@ -47,7 +47,7 @@ from bench.recording import median_interval  # noqa: E402
 from bench.report import DEMO, copy_trace  # noqa: E402
 
 SIZES = (1_000, 10_000, 100_000)
-FACES = ("ReplayEngine", "ReplayServer", "ReplayEngine, projected read")
+FACES = ("ReplayEngine", "ReplayServer")
 PER_COPY = 40  # sessions in recordings/demo.parquet
 BUILD = REPO_ROOT / "build" / "scale_replay"
 STATELESS_ASKS, CREATES, UNMATCHED = 2_000, 1_000, 200
@@ -79,12 +79,8 @@ def _rss_mb() -> tuple[float, float]:
 
 
 def load_worker(face: str, path: Path, sessions: int) -> dict[str, Any]:
-    import pyarrow.parquet as pq
-
     import ors_lab as ol
-    from ors_lab.analysis.trace import Trace
     from ors_lab.replay.engine import ReplayEngine
-    from ors_lab.replay.recorded import COLUMNS, give_back
 
     ReplayEngine(DEMO, speed=0)  # imports and first-use costs go into the baseline
     gc.collect()
@@ -93,13 +89,8 @@ def load_worker(face: str, path: Path, sessions: int) -> dict[str, Any]:
     if face == "ReplayServer":
         server = ol.ReplayServer(path, speed=0).start()
         engine = server.engine
-    elif face == "ReplayEngine":
+    else:
         engine = ReplayEngine(path, speed=0)
-    else:  # what a Trace reading only the columns replay asks for gives (``recorded._columns``)
-        trace = Trace(pq.read_table(path, columns=COLUMNS), path=path, partial=False)
-        engine = ReplayEngine(trace, speed=0)
-        del trace  # as a Trace read lazily lets its columns go
-        give_back()
     load_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu
     gc.collect()
     rss, peak = _rss_mb()
