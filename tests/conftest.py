@@ -88,6 +88,15 @@ def ray_cluster() -> Iterator[Any]:
         yield cluster
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A test run started with SIGINT ignored (a background job of a non-interactive shell) takes it back:
+    the processes the tests start inherit an ignored SIGINT and Python keeps it, so a test's Ctrl-C to
+    its child (``test_ctrl_c_stops_cleanly``, ``test_ctrl_c_is_one_line_and_status_130``) was dropped
+    and the child ran on. A person's terminal gives its commands a SIGINT that interrupts."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture
 def sigint_raises() -> Iterator[None]:
     """SIGINT raises KeyboardInterrupt in this process, as in a terminal, for the test's duration.
