@@ -549,8 +549,9 @@ class _EpisodeRows(NamedTuple):
     outcomes: pa.Table  # the agent's episode rows: their typed columns (``EPISODE_COLUMNS``: the record's figures)
 
 
-_ENCODED = ["session_id", "layer", "kind"]
-"""The columns ``_episode_rows`` reads as the file holds them, dictionary-encoded (never decoded row by row)."""
+_ENCODED = ["session_id", "layer", "kind", "environment", "split", "task"]
+"""The columns ``_episode_rows`` reads as the file holds them, dictionary-encoded (never decoded row by row): the
+strings made plain only in the rows kept of each kind."""
 
 
 def _episode_rows(source: Source, *more: pa.Array | pa.ChunkedArray,
@@ -597,7 +598,10 @@ def _split(piece: pa.Table, outcomes: bool) -> tuple[dict[str, pa.Table], pa.Arr
 
     def rows(mask: pa.ChunkedArray, names: Sequence[str]) -> pa.Table:
         table = piece.select(list(names)).filter(mask)
-        return table.set_column(names.index("kind"), "kind", table["kind"].cast(_STR)) if "kind" in names else table
+        for name in names[1:]:  # the session ids stay indices
+            if pa.types.is_dictionary(table.schema.field(name).type):
+                table = table.set_column(names.index(name), name, table[name].cast(_STR))
+        return table
 
     return {
         "opens": rows(pc.and_(mine, kind_mask(kind, ["open"])), _EMPTY["opens"].names),
