@@ -7,13 +7,14 @@
 the growth law of each figure (constant, linear or worse) between the sizes measured.
 
 The traces are written in bounded memory by ``write_trace``, with the real recorder's schema
-(``SCHEMA``), metadata and row groups (``COMPACT_ROWS`` rows each, the recorder's dictionary
+(``SCHEMA``, this version: the recording is read by ``load_trace``, which gives its episode rows their
+episode columns from their records), metadata and row groups (``COMPACT_ROWS`` rows each, the recorder's dictionary
 columns): the ORS rows (http, sse, call, session) and the evaluation's ``start``, ``finish``
 and ``episode`` rows of ``recordings/openai-arithmetic.parquet`` (20 episodes of a real agent: 2
 rollouts of 10 tasks; about 19 rows an episode without the agent's streamed deltas), repeated
 copy after copy, each copy with session ids (``<id>-<copy>``), seq, times and exchange numbers
 after the copy before, task indices shifted by 10, and the episodes' rewards varied (1.0 or 0.0
-by copy and episode, in the typed column and the episode's record, whose success follows).
+by copy and episode, in the typed columns and the episode's record, whose success follows).
 Traces are cached under ``build/bench/scale_trace/`` (gitignored), made once.
 
 Each figure is measured in a fresh subprocess (``--child``), so that its peak memory is its own:
@@ -59,8 +60,13 @@ FIGURES = ("file_mb", "bytes_per_episode", "rows", "load_s", "episodes_s", "epis
 
 
 def template() -> pa.Table:
-    """The ORS rows and the evaluation's start, finish and episode rows of the recorded run, seq from 0."""
-    table = pq.read_table(SOURCE)
+    """The ORS rows and the evaluation's start, finish and episode rows of the recorded run, seq from 0, in this
+    schema version (as ``load_trace`` reads it: an older trace's episode columns read from its records)."""
+    import ors_lab as ol
+    from ors_lab.recording.schema import METADATA_SCHEMA_VERSION, SCHEMA_VERSION
+
+    table = ol.load_trace(SOURCE).table
+    table = table.replace_schema_metadata({**table.schema.metadata, METADATA_SCHEMA_VERSION: SCHEMA_VERSION.encode()})
     keep = pc.or_(pc.not_equal(table["layer"], "agent"), pc.is_in(table["kind"], value_set=pa.array(KEEP)))
     table = table.filter(keep)
     return table.set_column(table.schema.get_field_index("seq"), "seq", pa.array(np.arange(table.num_rows)))
@@ -83,7 +89,9 @@ def block(source: pa.Table, first: int, copies: int) -> pa.Table:
         "t_ns": pa.array(tiled["t_ns"].to_numpy() + copy * span),
         "exchange": pc.add(tiled["exchange"], pa.array(copy * exchanges)),
         "task_index": pc.add(tiled["task_index"], pa.array(copy * 10)),
-        "reward": pa.array(np.where(episode, reward, tiled["reward"].to_numpy(zero_copy_only=False)), pa.float64()),
+        **{name: pc.if_else(pa.array(episode), pa.array(reward), tiled[name])
+           for name in ("reward", "total_reward", "final_reward")},  # the other rows' nulls kept
+        "success": pc.if_else(pa.array(episode), pa.array(reward >= 1.0), tiled["success"]),
         "data": _records(tiled, episode, reward, suffix),
     }
     for name, column in columns.items():
@@ -122,7 +130,9 @@ def write_trace(episodes: int, path: Path) -> Path:
 
 def trace_path(episodes: int) -> Path:
     """The cached trace of ``episodes`` episodes, written first if missing."""
-    path = CACHE / f"episodes-{episodes}.parquet"
+    from ors_lab.recording.schema import SCHEMA_VERSION
+
+    path = CACHE / f"episodes-{episodes}-v{SCHEMA_VERSION}.parquet"
     return path if path.is_file() else write_trace(episodes, path)
 
 

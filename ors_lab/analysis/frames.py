@@ -42,12 +42,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pa_json
 
 from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k, reduce_reward, stderr
 from ors_lab.notebook.turns import STREAM_KINDS, join_stream, output_text
-from ors_lab.recording.parts import kind_mask, select_rows
-from ors_lab.recording.schema import SCHEMA
+from ors_lab.recording.parts import select_rows
+from ors_lab.recording.schema import EPISODE_COLUMNS, SCHEMA, kind_mask
 
 __all__ = [
     "CALLS_COLUMNS",
@@ -515,48 +514,9 @@ def _counted(sessions: pa.ChunkedArray | pa.Array) -> pa.Table:
     return pa.table({_SID: pa.array(present), "steps": pa.array(counts[present])})
 
 
-_OUTCOME = pa.schema(
-    [
-        pa.field("total_reward", _F64),
-        pa.field("final_reward", _F64),
-        pa.field("success", _BOOL),
-        pa.field("finish_reason", _STR),
-        pa.field("duration_s", _F64),
-        pa.field("started", _F64),
-        pa.field("error_type", _STR),
-    ]
-)
-"""What an ``episode`` row's data (the episode's record, JSON) adds to its typed columns."""
-
-
 def _outcomes(rows: _EpisodeRows) -> pa.Table:
-    """The last ``episode`` row of each session (a table): its typed columns, and what its record adds."""
+    """The last ``episode`` row of each session (a table): its typed columns, the record's figures among them."""
     return _ends(rows.outcomes, [_SID])
-
-
-def _outcome_rows(episodes: pa.Table) -> pa.Table:
-    """``episode`` rows (``_OUTCOME_ROWS``) with their records read (``_OUTCOME``'s fields) in place of ``data``."""
-    record = _records_of(episodes["data"].combine_chunks()) if episodes.num_rows else _OUTCOME.empty_table()
-    for name in _OUTCOME.names:
-        episodes = episodes.append_column(name, record[name])
-    return episodes.drop_columns(["data"])
-
-
-def _records_of(data: pa.Array) -> pa.Table:
-    """The episode records (JSON, one a row) of ``data`` read by Arrow's JSON reader, ``_OUTCOME``'s fields: the
-    records read where they lie, one after another in the array's buffer (an object ends where the next begins:
-    no line between them is needed, nor copied in)."""
-    if data.null_count:
-        raise ValueError("an episode row has no record in its data")
-    data = data.cast(pa.large_string())
-    offsets = np.frombuffer(data.buffers()[1], dtype=np.int64)[data.offset : data.offset + len(data) + 1]
-    text = data.buffers()[2][int(offsets[0]) : int(offsets[-1])] if len(data) else pa.py_buffer(b"")
-    options = pa_json.ParseOptions(explicit_schema=_OUTCOME, unexpected_field_behavior="ignore",
-                                   newlines_in_values=True)  # fmt: skip
-    record = pa_json.read_json(pa.BufferReader(text), parse_options=options)
-    if record.num_rows != len(data):
-        raise ValueError(f"{len(data)} episode rows hold {record.num_rows} records")
-    return record.select(_OUTCOME.names)
 
 
 class _Step(NamedTuple):
@@ -571,8 +531,8 @@ class _Step(NamedTuple):
 
 
 _EPISODE_KINDS = ["open", "close", "ping", "result", "call_error", "start", "episode"]
-_OUTCOME_ROWS = ["session_id", "environment", "split", "task_index", "rollout", "reward", "finished", "error", "data",
-                 *TOKENS]  # fmt: skip
+_OUTCOME_ROWS = ["session_id", "environment", "split", "task_index", "rollout", "reward", "finished", "error", *TOKENS,
+                 *EPISODE_COLUMNS]  # fmt: skip
 _COUNTED = {"calls": ("result", "call_error"), "errors": ("call_error",), "pings": ("ping",)}
 _COUNTED_KINDS = sorted({kind for kinds in _COUNTED.values() for kind in kinds})
 
@@ -586,21 +546,22 @@ class _EpisodeRows(NamedTuple):
     counts: pa.Table  # session_id, kind: the ORS rows counted (``_COUNTED``)
     ends: pa.Table  # session_id, call, kind, reward, finished: the ORS result and call_error rows
     rollouts: pa.Table  # session_id, rollout: the agent's start and episode rows that name one
-    outcomes: pa.Table  # the agent's episode rows, their records read (without the record's text)
+    outcomes: pa.Table  # the agent's episode rows: their typed columns (``EPISODE_COLUMNS``: the record's figures)
 
 
-_ENCODED = ["session_id", "layer", "kind"]
-"""The columns ``_episode_rows`` reads as the file holds them, dictionary-encoded (never decoded row by row)."""
+_ENCODED = ["session_id", "layer", "kind", "environment", "split", "task"]
+"""The columns ``_episode_rows`` reads as the file holds them, dictionary-encoded (never decoded row by row): the
+strings made plain only in the rows kept of each kind."""
 
 
 def _episode_rows(source: Source, *more: pa.Array | pa.ChunkedArray,
                   outcomes: bool = True) -> tuple[_EpisodeRows, pa.Array, list[pa.Array]]:  # fmt: skip
     """``_EpisodeRows`` of ``source``, a piece at a time (so that no more than a piece of the rows read is held
-    whole), ``_coded`` with the session ids of ``more``; ``outcomes=False`` leaves the episode rows' records
+    whole), ``_coded`` with the session ids of ``more``; ``outcomes=False`` leaves the episode rows' figures
     unread. ``_ENCODED`` are read dictionary-encoded: kinds matched by their few values, and each piece's
     session ids kept as indices into its dictionary, the dictionaries made one code each at the end."""
     columns = ["session_id", "layer", "kind", "wall", "environment", "split", "task_index", "task", "rollout", "call",
-               "ok", "reward", "finished", *(["error", "data", *TOKENS] if outcomes else [])]  # fmt: skip
+               "ok", "reward", "finished", *(["error", *TOKENS, *EPISODE_COLUMNS] if outcomes else [])]  # fmt: skip
     kept: dict[str, list[pa.Table]] = {name: [] for name in _EpisodeRows._fields}
     dictionaries: list[pa.Array] = []
 
@@ -637,7 +598,10 @@ def _split(piece: pa.Table, outcomes: bool) -> tuple[dict[str, pa.Table], pa.Arr
 
     def rows(mask: pa.ChunkedArray, names: Sequence[str]) -> pa.Table:
         table = piece.select(list(names)).filter(mask)
-        return table.set_column(names.index("kind"), "kind", table["kind"].cast(_STR)) if "kind" in names else table
+        for name in names[1:]:  # the session ids stay indices
+            if pa.types.is_dictionary(table.schema.field(name).type):
+                table = table.set_column(names.index(name), name, table[name].cast(_STR))
+        return table
 
     return {
         "opens": rows(pc.and_(mine, kind_mask(kind, ["open"])), _EMPTY["opens"].names),
@@ -646,7 +610,7 @@ def _split(piece: pa.Table, outcomes: bool) -> tuple[dict[str, pa.Table], pa.Arr
         "ends": rows(pc.and_(pc.invert(agent), kind_mask(kind, ["result", "call_error"])), _EMPTY["ends"].names),
         "rollouts": rows(pc.and_(pc.and_(agent, kind_mask(kind, ["start", "episode"])),
                                  pc.is_valid(piece["rollout"])), ["session_id", "rollout"]),
-        "outcomes": _outcome_rows(rows(pc.and_(agent, kind_mask(kind, ["episode"])), _OUTCOME_ROWS))
+        "outcomes": rows(pc.and_(agent, kind_mask(kind, ["episode"])), _OUTCOME_ROWS)
         if outcomes else _EMPTY["outcomes"].empty_table(),
     }, ids.dictionary  # fmt: skip
 
@@ -699,7 +663,7 @@ _EMPTY = {
     "counts": _fields("session_id", "kind"),
     "ends": _fields("session_id", "call", "kind", "reward", "finished"),
     "rollouts": _fields("session_id", "rollout"),
-    "outcomes": pa.schema([*_fields(*(n for n in _OUTCOME_ROWS if n != "data")), *_OUTCOME]),
+    "outcomes": _fields(*_OUTCOME_ROWS),
 }
 _EMPTY = {name: schema.set(0, pa.field("session_id", _I64)) for name, schema in _EMPTY.items()}
 """The schema of each of ``_EpisodeRows``' tables as read (for a trace without such rows): ``session_id`` an index."""

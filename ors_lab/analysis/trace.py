@@ -44,7 +44,6 @@ import pyarrow.parquet as pq
 from ors_lab.protocol.errors import TraceFormatError, TraceNotFoundError, TraceTooLargeError
 from ors_lab.recording.parts import (
     check_metadata,
-    kind_mask,
     part_files,
     parts_dir,
     read_checked,
@@ -52,13 +51,16 @@ from ors_lab.recording.parts import (
 )
 from ors_lab.recording.schema import (
     COLUMNS,
+    EPISODE_COLUMNS,
     METADATA_CREATED,
     METADATA_RUN_ID,
     METADATA_SCHEMA_VERSION,
     METADATA_SERVERS,
     METADATA_VERSION,
+    RECORD_SOURCE,
     SCHEMA,
     SCHEMA_VERSION,
+    kind_mask,
     upgrade,
 )
 
@@ -129,7 +131,9 @@ class _Compacted:
     def pieces(
         self, columns: Sequence[str], kinds: Sequence[str] | None, encoded: Sequence[str] = ()
     ) -> Iterator[pa.Table]:
-        read = [name for name in dict.fromkeys([*columns, *(["kind"] if kinds is not None else [])])
+        records = int(self.version) < 6 and any(name in EPISODE_COLUMNS for name in columns)  # read from the records
+        read = [name for name in dict.fromkeys([*columns, *(["kind"] if kinds is not None else []),
+                                                *(RECORD_SOURCE if records else [])])
                 if name in self.present]  # fmt: skip
         groups = [i for i in range(self.file.num_row_groups) if kinds is None or self._may_hold(i, kinds)]
         for start in range(0, len(groups), GROUPS_AT_ONCE):
@@ -151,7 +155,7 @@ class _Compacted:
             table = table.filter(kind_mask(table["kind"], kinds))
         kept = {name: table[name] for name in encoded if name in columns and name in table.column_names
                 and pa.types.is_dictionary(table.schema.field(name).type)}  # fmt: skip
-        table = upgrade(table.drop_columns(list(kept)), self.version, [name for name in columns if name not in kept])
+        table = upgrade(table, self.version, [name for name in columns if name not in kept])
         if kept:
             table = pa.table({name: kept[name] if name in kept else table[name] for name in columns})
         return table.combine_chunks()  # one chunk a read: Arrow's kernels run faster

@@ -27,14 +27,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ors_lab.protocol.errors import TraceFormatError
-from ors_lab.recording.schema import METADATA_SCHEMA_VERSION, METADATA_SERVERS, READABLE_VERSIONS, upgrade
+from ors_lab.recording.schema import (
+    METADATA_SCHEMA_VERSION,
+    METADATA_SERVERS,
+    READABLE_VERSIONS,
+    kind_mask,
+    upgrade,
+)
 
 __all__ = [
     "PART",
     "PART_GLOB",
     "check_appendable",
     "check_metadata",
-    "kind_mask",
     "part_files",
     "part_format",
     "part_schema",
@@ -121,17 +126,6 @@ def select_rows(table: pa.Table, columns: Sequence[str], kinds: Sequence[str] | 
         return table.select(list(columns))
     kept = table.select(list(dict.fromkeys([*columns, "kind"])))  # what is filtered: these columns only
     return kept.filter(kind_mask(kept["kind"], kinds)).select(list(columns))
-
-
-def kind_mask(kind: pa.ChunkedArray, kinds: Sequence[str]) -> pa.ChunkedArray:
-    """True where ``kind`` is one of ``kinds``; a dictionary-encoded column (as a trace's is in the file) is
-    matched by its dictionary, a few values, not row by row."""
-    wanted = pa.array(list(kinds), pa.string())
-    if not pa.types.is_dictionary(kind.type):
-        return pc.is_in(kind, value_set=wanted)
-    chunks = [pc.fill_null(pc.take(pc.is_in(chunk.dictionary, value_set=wanted), chunk.indices), False)
-              for chunk in kind.chunks]  # fmt: skip
-    return pa.chunked_array(chunks, pa.bool_())
 
 
 def part_schema(path: Path) -> pa.Schema:

@@ -62,7 +62,7 @@ from ors_lab.events import (
 )
 from ors_lab.events import compact_json as _compact
 from ors_lab.recording.redact import Redactor, is_create_url
-from ors_lab.recording.schema import KIND_LAYER, SCHEMA
+from ors_lab.recording.schema import EPISODE_COLUMNS, KIND_LAYER, SCHEMA
 
 __all__ = ["ROW_FIELDS", "STAMPED", "Rows", "compact_json"]
 
@@ -139,7 +139,7 @@ _AGENT: dict[type[AgentEvent], tuple[tuple[str, ...], Callable[[Any], tuple[Any,
     ),
     UsageEvent: (TOKENS, attrgetter(*TOKENS)),
     EpisodeEvent: (
-        ("environment", "split", "task_index", "reward", "finished", "error", *TOKENS, "ok"),
+        ("environment", "split", "task_index", "reward", "finished", "error", *TOKENS, "ok", *EPISODE_COLUMNS),
         lambda e: (
             e.environment,
             e.split,
@@ -152,6 +152,7 @@ _AGENT: dict[type[AgentEvent], tuple[tuple[str, ...], Callable[[Any], tuple[Any,
             e.reasoning_tokens,
             e.cached_tokens,
             e.error is None,
+            *(getattr(e, name) for name in EPISODE_COLUMNS),
         ),
     ),
 }
@@ -357,6 +358,8 @@ class Rows:
         row["kind"] = kind
         if row["layer"] is None:
             row["layer"] = KIND_LAYER.get(kind, "agent")
+        if kind == "episode" and row["layer"] == "agent" and not any(name in columns for name in EPISODE_COLUMNS):
+            row.update(_episode_figures(row["data"]))
         sid, call = row["session_id"], row["call"]
         raw_body = columns.get("body")
         raw_body = raw_body if isinstance(raw_body, bytes) else row["body"]
@@ -592,6 +595,20 @@ def _fill(table: pa.Table, name: str, known: pa.Array) -> pa.Table:
     if column.null_count == 0:
         return table
     return table.set_column(index, table.schema.field(index), pc.coalesce(column, known))
+
+
+def _episode_figures(record: str | None) -> dict[str, Any]:
+    """An episode row's typed figures (``EPISODE_COLUMNS``) from its record (its ``data``), as an evaluation's
+    episode rows hold them; ``TypeError`` for a record that is not a JSON object or a figure of the wrong type."""
+    if record is None:
+        return {}
+    try:
+        value = json.loads(record)
+    except ValueError as exc:
+        raise TypeError(f"an episode row's data is its record, a JSON object: {record!r:.80} is not JSON") from exc
+    if not isinstance(value, dict):
+        raise TypeError(f"an episode row's data is its record, a JSON object, not {record!r:.80}")
+    return {name: None if value.get(name) is None else _cell(_FIELD[name], value[name]) for name in EPISODE_COLUMNS}
 
 
 def _cell(field: pa.Field, value: Any) -> Any:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 import ors_lab
 from ors_lab.recording.parts import parts_dir
-from ors_lab.recording.schema import METADATA_CREATED, METADATA_SCHEMA_VERSION, METADATA_SERVERS
+from ors_lab.recording.schema import EPISODE_COLUMNS, METADATA_CREATED, METADATA_SCHEMA_VERSION, METADATA_SERVERS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -190,21 +190,46 @@ def test_null_in_a_never_null_column_is_a_trace_format_error(tmp_path: Path, par
 
 
 def test_garbled_rows_are_a_trace_format_error_in_frames_and_replay(tmp_path: Path) -> None:
-    """An episode row whose data is not JSON, a response whose headers are not JSON: TraceFormatError with the path."""
+    """An episode row whose record (data) is not JSON in a trace older than the episode columns, a response whose
+    headers are not JSON: TraceFormatError with the path, when the episodes and the replay read them."""
     from ors_lab.replay.recorded import Recording
 
-    path = tmp_path / "run.parquet"
-    with ors_lab.Recorder(path) as rec:
+    recorded = tmp_path / "recorded.parquet"
+    with ors_lab.Recorder(recorded) as rec:
         rec.emit("request", session_id="s", method="POST", url="http://127.0.0.1:1/create", exchange=0,
                  body=b'{"env_name":"lab","split":"test","index":0}')  # fmt: skip
         rec.emit("response", session_id="s", status=200, exchange=0, headers='["not", "a", "mapping"]')
-        rec.emit("episode", layer="agent", session_id="s", data="{not json", environment="lab", split="test",
-                 task_index=0, ok=True)  # fmt: skip
+        rec.emit("episode", layer="agent", session_id="s", data='{"success": true}', environment="lab",
+                 split="test", task_index=0, ok=True)  # fmt: skip
+    table = pq.read_table(recorded).drop_columns(list(EPISODE_COLUMNS))
+    data = pc.if_else(pc.equal(table["kind"], "episode"), "{not json", table["data"])
+    table = table.set_column(table.schema.get_field_index("data"), "data", data.cast(pa.large_string()))
+    path = tmp_path / "run.parquet"
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, METADATA_SCHEMA_VERSION: b"5"}), path)
     trace = ors_lab.load_trace(path)
-    with pytest.raises(ors_lab.TraceFormatError, match=f"{path}.*episodes"):
+    with pytest.raises(ors_lab.TraceFormatError, match=f"{path}.*episode row's record is not a JSON object"):
         _ = trace.episodes
     with pytest.raises(ors_lab.TraceFormatError, match=f"{path}.*headers"):
         Recording(trace)
+
+
+def test_an_episode_row_written_by_hand_gets_its_figures_from_its_record(tmp_path: Path) -> None:
+    """``emit("episode", data=record)`` fills the typed episode columns from the record, as an evaluation's rows
+    hold them; a record that is not a JSON object is refused (TypeError) and nothing of the row is kept."""
+    path = tmp_path / "run.parquet"
+    record = {"success": True, "total_reward": 2.0, "final_reward": 1.0, "finish_reason": "stop",
+              "duration_s": 0.5, "started": 1.7e9, "error_type": None}  # fmt: skip
+    with ors_lab.Recorder(path) as rec:
+        rec.emit("episode", layer="agent", session_id="s", data=json.dumps(record), environment="lab",
+                 split="test", task_index=0, reward=1.0, ok=True)  # fmt: skip
+        for bad in ("{not json", "[1, 2]", '{"success": "very"}'):
+            with pytest.raises(TypeError, match=r"episode row|success"):
+                rec.emit("episode", layer="agent", session_id="t", data=bad)
+    table = ors_lab.load_trace(path).table
+    assert table.num_rows == 1
+    assert {name: table[name][0].as_py() for name in EPISODE_COLUMNS} == record
+    (episode,) = ors_lab.load_trace(path).episodes.to_dict("records")
+    assert (episode["success"], episode["total_reward"], episode["finish_reason"]) == (True, 2.0, "stop")
 
 
 def test_readers_ignore_temporary_and_foreign_files_in_the_parts_folder(

@@ -18,6 +18,7 @@ import duckdb
 import pandas as pd
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
@@ -31,6 +32,7 @@ from ors_lab.recording.parts import parts_dir
 from ors_lab.recording.schema import (
     AGENT_KINDS,
     COLUMNS,
+    EPISODE_COLUMNS,
     KIND_LAYER,
     LAYERS,
     METADATA_CREATED,
@@ -426,13 +428,41 @@ def test_an_older_trace_loads_with_the_later_columns_null(
     assert trace.episodes.equals(ors_lab.load_trace(demo_run.path).episodes)
 
 
+def test_a_version_5_trace_reads_its_episode_columns_from_its_records(
+    demo_server: ServerProcess, tmp_path: Path
+) -> None:
+    """A trace written before the episode columns (version 5) loads with them read from its episode rows'
+    records: the values the recorder writes today, on the episode rows only, in every read (the whole table, a
+    projected select, the frames)."""
+    from ors_lab.demo.agent import DemoAgent
+
+    path = tmp_path / "run.parquet"
+    with ors_lab.Client(demo_server.url) as client:
+        ors_lab.evaluate(client.environment("guessing"), DemoAgent(pace=0), split="test", tasks=[0, 1, 2, 3],
+                         rollouts=2, max_steps=4, record=path, progress=False)  # fmt: skip  # some episodes fail
+    table = pq.read_table(path)
+    episode_rows = pc.equal(table["kind"], "episode")
+    assert pc.sum(episode_rows).as_py() == 8
+    assert table["success"].null_count == table.num_rows - 8
+    metadata = {**table.schema.metadata, METADATA_SCHEMA_VERSION: b"5"}
+    old = tmp_path / "old.parquet"
+    pq.write_table(table.drop_columns(list(EPISODE_COLUMNS)).replace_schema_metadata(metadata), old, row_group_size=97)
+    trace = ors_lab.load_trace(old)
+    assert trace.table.select(list(EPISODE_COLUMNS)).equals(table.select(list(EPISODE_COLUMNS)))
+    selected = ors_lab.load_trace(old).select(["session_id", "success", "finish_reason"], kinds=["episode"])
+    assert selected.equals(table.filter(episode_rows).select(["session_id", "success", "finish_reason"]))
+    episodes = ors_lab.load_trace(old).episodes
+    assert episodes.equals(ors_lab.load_trace(path).episodes)
+    assert set(episodes["success"]) == {True, False}  # both kinds of episode
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
         (None, r"^no trace at .*missing\.parquet$"),
         (lambda p: p.write_text("not parquet at all\n"), r"is not a readable Parquet file"),
         (lambda p: pd.DataFrame({"a": [1, 2]}).to_parquet(p), r"is Parquet but not an ors_lab trace"),
-        (_write_wrong_version, r"has trace schema version 999; this ors_lab reads versions 2, 3, 4, 5$"),
+        (_write_wrong_version, r"has trace schema version 999; this ors_lab reads versions 2, 3, 4, 5, 6$"),
     ],
     ids=["missing", "not-parquet", "not-a-trace", "wrong-version"],
 )
