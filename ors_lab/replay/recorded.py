@@ -289,11 +289,11 @@ class _Index:
     places of its exchange rows (``selected``); the columns are only taken from at the end, by place."""
 
     def __init__(self, name: str, columns: pa.Table, selected: np.ndarray) -> None:
-        kind = _codes(columns["kind"], KINDS)[selected]
+        kind = _codes(columns["kind"], selected, KINDS)
         # the rows of one exchange, grouped by (run, exchange number) in table order: numbers are unique
         # within one recording process only, and a resumed (appended) trace holds several runs
-        run = _codes(columns["run_id"], None)[selected]
-        number = _numbers(columns["exchange"])[selected]
+        run = _codes(columns["run_id"], selected)
+        number = _numbers(columns["exchange"], selected)
         order = _grouping(run, number)
         kind, run, number = kind[order], run[order], number[order]
         source = selected[order]  # sorted place -> place in the trace
@@ -311,7 +311,7 @@ class _Index:
         response = _last_per_group(group, kept & (kind == RESPONSE), len(starts))
         has = request >= 0
         request, response = request[has], response[has]
-        seq, t_ns = _numbers(columns["seq"])[source], _numbers(columns["t_ns"])[source]
+        seq, t_ns = _numbers(columns["seq"], source), _numbers(columns["t_ns"], source)
         # exchanges in seq order (ties: table order); sessions numbered by their first exchange
         by_seq = np.lexsort((source[request], seq[request]))
         request, response = request[by_seq], response[by_seq]
@@ -388,9 +388,15 @@ def give_back() -> None:
 def _take(column: pa.ChunkedArray, places: np.ndarray, missing: np.ndarray | None = None) -> pa.Array:
     """``column[places]`` (null where ``missing``), in ``KEEP``'s memory (Arrow takes from the column's chunks
     where they lie); a dictionary column's values with a dictionary of their own (``_compacted``)."""
-    taken = pc.take(column, pa.array(places, pa.int64(), mask=missing), memory_pool=KEEP)
-    array = taken.chunk(0) if taken.num_chunks == 1 else taken.combine_chunks(memory_pool=KEEP)
+    array = _at(column, places, missing, KEEP)
     return _compacted(array) if isinstance(array, pa.DictionaryArray) else array
+
+
+def _at(column: pa.ChunkedArray, places: np.ndarray, missing: np.ndarray | None = None,
+        pool: pa.MemoryPool | None = None) -> pa.Array:  # fmt: skip
+    """``column[places]`` as one array (null where ``missing``)."""
+    taken = pc.take(column, pa.array(places, pa.int64(), mask=missing), memory_pool=pool)
+    return taken.chunk(0) if taken.num_chunks == 1 else taken.combine_chunks(memory_pool=pool)
 
 
 def _compacted(array: pa.DictionaryArray) -> pa.DictionaryArray:
@@ -416,9 +422,9 @@ def _exchange_rows(columns: pa.Table, agent: bool) -> np.ndarray:
     return np.flatnonzero(np.asarray(wanted.to_numpy(zero_copy_only=False), bool))
 
 
-def _numbers(column: pa.ChunkedArray) -> np.ndarray:
-    """An integer column as int64 numbers, null as -1."""
-    return np.asarray(column.fill_null(-1).to_numpy(), np.int64)
+def _numbers(column: pa.ChunkedArray, places: np.ndarray) -> np.ndarray:
+    """An integer column's values at ``places``, as int64 numbers, null as -1."""
+    return np.asarray(_at(column, places).fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
 
 
 def _episode_rows(columns: pa.Table) -> pa.Table:
@@ -446,16 +452,14 @@ def _broken(columns: pa.Table) -> dict[int, str]:
     return broken
 
 
-def _codes(column: pa.ChunkedArray, values: list[str] | None) -> np.ndarray:
-    """Each value's place in ``values`` (None: in the column's dictionary), -1 for null or absent: the
-    dictionary is matched, and the rows take from it."""
-    codes = [np.zeros(0, np.int64)]
-    for chunk in column.chunks:
-        found = chunk.indices
-        if values is not None:
-            found = pc.take(pc.index_in(chunk.dictionary, value_set=pa.array(values, pa.string())), found)
-        codes.append(np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), np.int64))
-    return np.concatenate(codes)
+def _codes(column: pa.ChunkedArray, places: np.ndarray, values: list[str] | None = None) -> np.ndarray:
+    """The place of each value at ``places`` of a dictionary column in ``values`` (None: in the column's
+    dictionary), -1 for null or absent: the dictionary is matched, and the rows take from it."""
+    taken = _at(column, places)
+    found = taken.indices
+    if values is not None:
+        found = pc.take(pc.index_in(taken.dictionary, value_set=pa.array(values, pa.string())), found)
+    return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
 
 
 def _last_per_group(group: np.ndarray, where: np.ndarray, groups: int) -> np.ndarray:
