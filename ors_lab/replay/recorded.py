@@ -8,7 +8,9 @@ delivered them, each with its delay after the response head).
 The index is built from the trace's columns with Arrow and numpy, never row by row in Python: the
 rows of one exchange are grouped by (run, exchange number), one compact table keeps one row per
 exchange (sorted by session, then by ``seq``) and another one row per SSE item, so that a session's
-exchanges and items are two slices. ``Exchange`` objects are made when they are asked for (a
+exchanges and items are two slices. The string columns the recorder writes dictionary-encoded (kinds, ids,
+methods, URLs, headers, event names) are read as dictionaries and kept so, each with the values it uses: a
+response's headers take 4 bytes, not their text. ``Exchange`` objects are made when they are asked for (a
 session when it is claimed, a stateless answer when it is played), and kept, with their ``played``
 counts, from then on. Load time and memory grow linearly with the trace (``bench/scale_replay.py``).
 """
