@@ -244,3 +244,20 @@ def test_in_session_mismatches_name_the_same_nearest(trace: ol.Trace) -> None:
 def _played(engine: ReplayEngine) -> list[int]:
     recording = engine.recording
     return [recording.peek(int(row)).seq for row in recording.ordered if recording.played(int(row))]
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_of_several_bad_headers_the_first_recorded_is_named(tmp_path: Path, in_memory: bool) -> None:
+    """Responses whose headers are not a JSON object of texts: the error names the first one in the index's order."""
+    path = tmp_path / "run.parquet"
+    with ol.Recorder(path) as rec:
+        for number, headers in enumerate(['{"a": "b"}', '["a list"]', "{not json", '["a list"]']):
+            rec.emit("request", session_id="s", method="POST", url="http://127.0.0.1:1/ping", exchange=number)
+            rec.emit("response", session_id="s", status=200, exchange=number, headers=headers)
+    trace = ol.load_trace(path)
+    rows = trace.select(["seq", "kind", "headers"], kinds=["response"]).to_pylist()
+    first = next(row["seq"] for row in rows if row["headers"] == '["a list"]')
+    if in_memory:
+        trace = ol.Trace(trace.table, path=trace.path, partial=True)
+    with pytest.raises(ol.TraceFormatError, match=rf"at seq {first} has headers that are not a JSON object of texts"):
+        Recording(trace)
