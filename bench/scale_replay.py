@@ -9,11 +9,11 @@ by ``bench.report.copy_trace`` (each copy its own session ids, run id, exchange 
 and task indices), written a few copies at a time and kept under ``build/`` for the next run.
 
 Each measurement runs in a fresh interpreter (``--worker``), so its RSS is its own: the baseline is
-taken after the imports and a warm-up replay of the small trace; then ``ReplayEngine(path)`` (or
-``ReplayServer(path).start()``) is timed (wall and CPU seconds), RSS is read again (after a
-``gc.collect()``), and the peak is the process's high-water mark. Lookups, on the engine, in µs
-per request (wall and CPU): a stateless request (``num_tasks``) asked as often as the trace
-recorded it (25 to 2,000 times: each ask plays a recorded exchange not played before), 1,000
+taken after the imports and a warm-up replay of the small trace (for ``ReplayServer``, a server started
+and stopped on it); then ``ReplayEngine(path)`` (or ``ReplayServer(path).start()``) is timed (wall and
+CPU seconds), RSS is read again (after a ``gc.collect()``), and the peak is the process's high-water
+mark. Lookups, on the engine, in µs per request (wall and CPU): a stateless request (``num_tasks``)
+asked as often as the trace recorded it (25 to 2,000 times: each ask plays a recorded exchange not played before), 1,000
 ``/create``s each claiming a session, and 200 ``/create``s of a task the trace does not hold (a
 mismatch naming the nearest unclaimed sessions). Each figure's growth law is fitted over the sizes (the exponent of
 n, least squares on logs): about 0 is constant, about 1 linear.
@@ -83,6 +83,8 @@ def load_worker(face: str, path: Path, sessions: int) -> dict[str, Any]:
     from ors_lab.replay.engine import ReplayEngine
 
     ReplayEngine(DEMO, speed=0)  # imports and first-use costs go into the baseline
+    if face == "ReplayServer":  # and the server's: its imports (uvicorn...) and thread, some 4 MB whatever the trace
+        ol.ReplayServer(DEMO, speed=0).start().stop()
     gc.collect()
     base, _ = _rss_mb()
     started, cpu = time.perf_counter(), time.process_time()

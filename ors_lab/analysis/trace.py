@@ -138,9 +138,12 @@ class _Compacted:
         groups = [i for i in range(self.file.num_row_groups) if kinds is None or self._may_hold(i, kinds)]
         for start in range(0, len(groups), GROUPS_AT_ONCE):
             batch = groups[start : start + GROUPS_AT_ONCE]
+            # one row group is read on this thread: decoding its columns on Arrow's threads saves little, and their
+            # allocator keeps the pages they touched (some 15 MB, held by a process that reads a small trace)
+            threads = len(batch) > 1
             try:
-                table = self._checked(self.file.read_row_groups(batch, columns=read, use_threads=True), columns, kinds,
-                                      encoded)  # fmt: skip
+                table = self._checked(self.file.read_row_groups(batch, columns=read, use_threads=threads), columns,
+                                      kinds, encoded)  # fmt: skip
             except Exception:  # whatever a damaged row group makes the reader raise: find which, and say so
                 table = pa.concat_tables([self._group(index, read, columns, kinds, encoded) for index in batch])
             yield table
@@ -152,7 +155,9 @@ class _Compacted:
         (their dictionaries unified: one a read), not made plain strings."""
         table.validate(full=True)
         if kinds is not None:
-            table = table.filter(kind_mask(table["kind"], kinds))
+            mask = kind_mask(table["kind"], kinds)
+            if not pc.all(mask).as_py():  # the filter copies every row it keeps: only when some go
+                table = table.filter(mask)
         kept = {name: table[name] for name in encoded if name in columns and name in table.column_names
                 and pa.types.is_dictionary(table.schema.field(name).type)}  # fmt: skip
         table = upgrade(table, self.version, [name for name in columns if name not in kept])

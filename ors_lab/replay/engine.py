@@ -114,9 +114,8 @@ class ReplayEngine:
     ) -> None:
         if speed < 0:
             raise ValueError(f"speed must be 0 (no waiting) or more, not {speed}")
-        # the index keeps what it needs: a trace loaded here is let go once it is built
+        # the index keeps what it needs: a trace loaded here, and the scratch of the lookups, are let go (give_back)
         self.recording = Recording(trace if isinstance(trace, Trace) else load_trace(trace))
-        give_back()
         self.speed = speed
         # copies: a fault counts its uses, and a list given to several replays serves each afresh
         self.faults = [Fault.parse(f) if isinstance(f, str) else dataclasses.replace(f, used=0) for f in faults]
@@ -129,6 +128,7 @@ class ReplayEngine:
         self._creates = _Creates(self.recording)
         self._sessionless = _Stateless(self.recording)
         self._unplayed = 0  # no exchange before this place in seq order is unplayed
+        give_back()
 
     # -- the entry point -------------------------------------------------------------------------
 
@@ -497,19 +497,28 @@ class _Creates:
         # identity key -> sessions not yet claimed, the first last (lists: a deque per task costs 600 bytes)
         self._waiting: dict[Any, list[int]] = {}
         self._odd: dict[str, tuple[tuple[Any, ...], list[int]]] = {}  # identities with a redacted secret
-        known: dict[bytes, tuple[tuple[Any, ...], Any]] = {}
-        bodies = recording.bodies(recording.create_rows.tolist())
-        for code, body in zip(self._order.tolist(), bodies, strict=True):
-            if body not in known:
-                identity = _task_identity(body)
-                known[body] = identity, _identity_key(identity)
-            identity, key = known[body]
-            if key is not None:
-                self._waiting.setdefault(key, []).append(code)
+        # each distinct body parsed once; the sessions grouped by its key with numpy, in recorded order
+        bodies, body_of = recording.distinct_bodies(recording.create_rows)
+        groups: dict[tuple[bool, Any], int] = {}  # (odd, key or canonical text) -> group, in order of first use
+        firsts: list[tuple[Any, ...]] = []  # each group's first identity
+        group_of = np.empty(len(bodies), np.int64)
+        for place, body in enumerate(bodies):
+            identity = _task_identity(body)
+            key = _identity_key(identity)
+            name = (False, key) if key is not None else (True, json.dumps(identity, sort_keys=True, default=str))
+            group_of[place] = groups.setdefault(name, len(groups))
+            if group_of[place] == len(firsts):
+                firsts.append(identity)
+        group = group_of[body_of]
+        by_group = np.argsort(group, kind="stable")
+        bounds = np.searchsorted(group[by_group], np.arange(len(groups) + 1)).tolist()
+        codes = self._order[by_group]
+        for (odd, key), number in groups.items():
+            waiting = codes[bounds[number] : bounds[number + 1]][::-1].tolist()
+            if odd:
+                self._odd[key] = (firsts[number], waiting)
             else:
-                self._odd.setdefault(json.dumps(identity, sort_keys=True, default=str), (identity, []))[1].append(code)
-        for waiting in itertools.chain(self._waiting.values(), (w for _, w in self._odd.values())):
-            waiting.reverse()
+                self._waiting[key] = waiting
 
     def claim(self, wanted: tuple[Any, ...]) -> int | None:
         """The first unclaimed session of the task ``wanted`` names, now claimed; None if there is none."""

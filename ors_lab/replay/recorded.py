@@ -8,7 +8,9 @@ delivered them, each with its delay after the response head).
 The index is built from the trace's columns with Arrow and numpy, never row by row in Python: the
 rows of one exchange are grouped by (run, exchange number), one compact table keeps one row per
 exchange (sorted by session, then by ``seq``) and another one row per SSE item, so that a session's
-exchanges and items are two slices. ``Exchange`` objects are made when they are asked for (a
+exchanges and items are two slices. The string columns the recorder writes dictionary-encoded (kinds, ids,
+methods, URLs, headers, event names) are read as dictionaries and kept so, each with the values it uses: a
+response's headers take 4 bytes, not their text. ``Exchange`` objects are made when they are asked for (a
 session when it is claimed, a stateless answer when it is played), and kept, with their ``played``
 counts, from then on. Load time and memory grow linearly with the trace (``bench/scale_replay.py``).
 """
@@ -28,9 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ors_lab.analysis.trace import Trace
+from ors_lab.analysis.trace import DICTIONARY_READ, Trace
 from ors_lab.protocol.errors import TraceFormatError
 from ors_lab.recording.redact import REDACTED
+from ors_lab.recording.schema import SCHEMA
 
 __all__ = ["EpisodeKey", "Exchange", "Item", "Recording", "give_back", "matches", "recorded_episodes"]
 
@@ -55,12 +58,22 @@ HEADERS_PATTERN = f"^{_SPACE}\\{{{_SPACE}(?:{_PAIR}(?:,{_SPACE}{_PAIR})*)?\\}}{_
 
 KINDS_READ = ("request", "response", "chunk", "event", "comment", "disconnect", "episode")
 """The kinds of row replay reads: the exchanges (with their SSE items and cuts) and the episodes."""
+ENCODED = [name for name in COLUMNS if name in DICTIONARY_READ]
+"""The columns replay reads dictionary-encoded: the string columns the recorder writes so (``run_id``, ``kind``,
+``session_id``, ``method``, ``url``, ``headers``, ``event``, ...), a few values repeated row after row."""
 
 
 def _columns(trace: Trace) -> pa.Table:
     """The columns replay reads, the one place it reads a trace: only those columns and only the rows of
-    ``KINDS_READ`` come from the file (``Trace.select``)."""
-    return trace.select(COLUMNS, kinds=KINDS_READ)
+    ``KINDS_READ`` come from the file, and the ``ENCODED`` columns as the file holds them, dictionary-encoded
+    (decoding every value to a string, and checking it, took most of the load); those read plain (the parts of
+    an unfinished trace, a trace read whole) are encoded here. One dictionary a column for the whole trace."""
+    pieces = list(trace._scan(COLUMNS, KINDS_READ, ENCODED))
+    table = pa.concat_tables(pieces) if pieces else pa.schema([SCHEMA.field(name) for name in COLUMNS]).empty_table()
+    for name in ENCODED:
+        if not pa.types.is_dictionary(table.schema.field(name).type):
+            table = table.set_column(table.schema.get_field_index(name), name, pc.dictionary_encode(table[name]))
+    return table.unify_dictionaries()
 
 
 @dataclass(slots=True)
@@ -243,6 +256,13 @@ class Recording:
         taken = self._table["body"].take(pa.array(rows, pa.int64())).to_pylist()
         return [body or b"" for body in taken]
 
+    def distinct_bodies(self, rows: np.ndarray) -> tuple[list[bytes], np.ndarray]:
+        """The distinct request bodies of some rows, in the order they first appear, and each row's place among
+        them: what many rows share is read (and parsed) once."""
+        taken = pc.fill_null(self._table["body"].chunk(0).take(pa.array(rows, pa.int64())), b"")
+        encoded = pc.dictionary_encode(taken)
+        return encoded.dictionary.to_pylist(), np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64)
+
     def unplayed(self, skip: tuple[str, ...] = ()) -> list[str]:
         """The exchanges never played, described, in ``seq`` order (those on ``skip`` paths left out);
         made a block at a time and let go."""
@@ -278,11 +298,11 @@ class _Index:
     places of its exchange rows (``selected``); the columns are only taken from at the end, by place."""
 
     def __init__(self, name: str, columns: pa.Table, selected: np.ndarray) -> None:
-        kind = _codes(columns["kind"], KINDS)[selected]
+        kind = _codes(columns["kind"], selected, KINDS)
         # the rows of one exchange, grouped by (run, exchange number) in table order: numbers are unique
         # within one recording process only, and a resumed (appended) trace holds several runs
-        run = _codes(columns["run_id"], None)[selected]
-        number = _numbers(columns["exchange"])[selected]
+        run = _codes(columns["run_id"], selected)
+        number = _numbers(columns["exchange"], selected)
         order = _grouping(run, number)
         kind, run, number = kind[order], run[order], number[order]
         source = selected[order]  # sorted place -> place in the trace
@@ -300,13 +320,13 @@ class _Index:
         response = _last_per_group(group, kept & (kind == RESPONSE), len(starts))
         has = request >= 0
         request, response = request[has], response[has]
-        seq, t_ns = _numbers(columns["seq"])[source], _numbers(columns["t_ns"])[source]
+        seq, t_ns = _numbers(columns["seq"], source), _numbers(columns["t_ns"], source)
         # exchanges in seq order (ties: table order); sessions numbered by their first exchange
         by_seq = np.lexsort((source[request], seq[request]))
         request, response = request[by_seq], response[by_seq]
         rank_of_group = np.full(len(starts), -1)
         rank_of_group[np.flatnonzero(has)[by_seq]] = np.arange(len(request))
-        sessions = pc.dictionary_encode(_take(columns["session_id"], source[request]))
+        sessions = _take(columns["session_id"], source[request])  # its dictionary: in order of first exchange
         self.session_ids: pa.Array = sessions.dictionary
         code = sessions.indices.fill_null(len(self.session_ids)).to_numpy(zero_copy_only=False).astype(np.int64)
         placed = np.lexsort((np.arange(len(code)), code))  # row -> the seq rank of its exchange
@@ -320,7 +340,7 @@ class _Index:
         _check_headers(name, answers["headers"].filter(pa.array(answered)), answers["seq"].filter(pa.array(answered)))
         self.table = pa.table({
             "exchange": asked["exchange"], "seq": asked["seq"], "session": pa.array(code, pa.int64()),
-            "method": pc.dictionary_encode(asked["method"], memory_pool=KEEP), "path": _paths(asked["url"]),
+            "method": asked["method"], "path": _paths(asked["url"]),
             "body": asked["body"], "call": asked["call"], "attempt": asked["attempt"], "request_ns": asked["t_ns"],
             "status": answers["status"], "headers": answers["headers"], "response_body": answers["body"],
             "head_ns": pa.array(np.where(answered, t_ns[np.where(answered, response, 0)], 0), pa.int64()),
@@ -335,7 +355,7 @@ class _Index:
         said = rows(["event", "data", "sse_id", "retry_ms", "comment", "seq"], picked)
         self.items = pa.table({
             "kind": pa.array(kind[picked], pa.int8()), "offset_ns": pa.array((t_ns - head_at)[picked], pa.int64()),
-            "event": pc.dictionary_encode(said["event"], memory_pool=KEEP), "data": said["data"],
+            "event": said["event"], "data": said["data"],
             "sse_id": said["sse_id"], "retry_ms": said["retry_ms"], "comment": said["comment"], "seq": said["seq"],
         })  # fmt: skip
         self.item_starts = np.searchsorted(item_row[item_order], np.arange(len(code) + 1))
@@ -375,22 +395,25 @@ def give_back() -> None:
 
 
 def _take(column: pa.ChunkedArray, places: np.ndarray, missing: np.ndarray | None = None) -> pa.Array:
-    """``column[places]`` (null where ``missing``), in ``KEEP``'s memory: taken chunk by chunk (Arrow's take
-    on a chunked column joins all its chunks first), then put in order."""
-    valid = places if missing is None else places[~missing]
-    order = np.argsort(valid, kind="stable")
-    ascending = valid[order]
-    bounds = np.cumsum([0, *(len(chunk) for chunk in column.chunks)])
-    cuts = np.searchsorted(ascending, bounds)
-    parts = [chunk.take(pa.array(ascending[cuts[n] : cuts[n + 1]] - bounds[n], pa.int64()))
-             for n, chunk in enumerate(column.chunks) if cuts[n + 1] > cuts[n]]  # fmt: skip
-    taken = pa.concat_arrays(parts) if parts else pa.array([], column.type)
-    back = np.zeros(len(places), np.int64)
-    if missing is None:
-        back[order] = np.arange(len(order))
-    else:
-        back[np.flatnonzero(~missing)[order]] = np.arange(len(order))
-    return pc.take(taken, pa.array(back, mask=missing), memory_pool=KEEP)
+    """``column[places]`` (null where ``missing``), in ``KEEP``'s memory (Arrow takes from the column's chunks
+    where they lie); a dictionary column's values with a dictionary of their own (``_compacted``)."""
+    array = _at(column, places, missing, KEEP)
+    return _compacted(array) if isinstance(array, pa.DictionaryArray) else array
+
+
+def _at(column: pa.ChunkedArray, places: np.ndarray, missing: np.ndarray | None = None,
+        pool: pa.MemoryPool | None = None) -> pa.Array:  # fmt: skip
+    """``column[places]`` as one array (null where ``missing``)."""
+    taken = pc.take(column, pa.array(places, pa.int64(), mask=missing), memory_pool=pool)
+    return taken.chunk(0) if taken.num_chunks == 1 else taken.combine_chunks(memory_pool=pool)
+
+
+def _compacted(array: pa.DictionaryArray) -> pa.DictionaryArray:
+    """``array`` with a dictionary of the values it holds only, in the order they first appear, in ``KEEP``'s
+    memory (the column's dictionary holds the values of every row read, and lives in the pool given back)."""
+    used = pc.unique(array.indices).drop_null()
+    indices = pc.index_in(array.indices, value_set=used, memory_pool=KEEP)
+    return pa.DictionaryArray.from_arrays(indices, pc.take(array.dictionary, used, memory_pool=KEEP))
 
 
 def _grouping(run: np.ndarray, number: np.ndarray) -> np.ndarray:
@@ -408,15 +431,18 @@ def _exchange_rows(columns: pa.Table, agent: bool) -> np.ndarray:
     return np.flatnonzero(np.asarray(wanted.to_numpy(zero_copy_only=False), bool))
 
 
-def _numbers(column: pa.ChunkedArray) -> np.ndarray:
-    """An integer column as int64 numbers, null as -1."""
-    return np.asarray(column.fill_null(-1).to_numpy(), np.int64)
+def _numbers(column: pa.ChunkedArray, places: np.ndarray) -> np.ndarray:
+    """An integer column's values at ``places``, as int64 numbers, null as -1."""
+    return np.asarray(_at(column, places).fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
 
 
 def _episode_rows(columns: pa.Table) -> pa.Table:
-    """The ``episode`` rows, with the columns ``recorded_episodes`` reads."""
+    """The ``episode`` rows, with the columns ``recorded_episodes`` reads (their values only: not the whole
+    trace's dictionaries)."""
     rows = columns.filter(pc.and_(pc.equal(columns["kind"], "episode"), pc.equal(columns["layer"], "agent")))
-    return rows.select(["kind", "layer", "environment", "split", "task_index", "rollout", "session_id"])
+    rows = rows.select(["kind", "layer", "environment", "split", "task_index", "rollout", "session_id"])
+    return pa.table({name: pc.dictionary_decode(column) if pa.types.is_dictionary(column.type) else column
+                     for name, column in zip(rows.column_names, rows.columns, strict=True)})  # fmt: skip
 
 
 def _broken(columns: pa.Table) -> dict[int, str]:
@@ -435,11 +461,14 @@ def _broken(columns: pa.Table) -> dict[int, str]:
     return broken
 
 
-def _codes(column: pa.ChunkedArray | pa.Array, values: list[str] | None) -> np.ndarray:
-    """Each value's place in ``values`` (or in the order values first appear), -1 for null or absent."""
-    value_set = pc.unique(column) if values is None else pa.array(values, pa.string())
-    found = pc.index_in(column, value_set=value_set).fill_null(-1)
-    return np.asarray(found.to_numpy() if isinstance(found, pa.ChunkedArray) else found.to_numpy(False), np.int64)
+def _codes(column: pa.ChunkedArray, places: np.ndarray, values: list[str] | None = None) -> np.ndarray:
+    """The place of each value at ``places`` of a dictionary column in ``values`` (None: in the column's
+    dictionary), -1 for null or absent: the dictionary is matched, and the rows take from it."""
+    taken = _at(column, places)
+    found = taken.indices
+    if values is not None:
+        found = pc.take(pc.index_in(taken.dictionary, value_set=pa.array(values, pa.string())), found)
+    return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
 
 
 def _last_per_group(group: np.ndarray, where: np.ndarray, groups: int) -> np.ndarray:
@@ -450,27 +479,26 @@ def _last_per_group(group: np.ndarray, where: np.ndarray, groups: int) -> np.nda
     return last
 
 
-def _paths(urls: pa.ChunkedArray) -> pa.DictionaryArray:
+def _paths(urls: pa.DictionaryArray) -> pa.DictionaryArray:
     """The path of each URL, computed once per distinct URL."""
-    encoded = pc.dictionary_encode(urls, memory_pool=KEEP)
-    paths = [urlsplit(url or "/").path for url in encoded.dictionary.to_pylist()]
-    indices = pc.coalesce(encoded.indices, pa.scalar(len(paths), encoded.indices.type), memory_pool=KEEP)
+    paths = [urlsplit(url or "/").path for url in urls.dictionary.to_pylist()]
+    indices = pc.coalesce(urls.indices, pa.scalar(len(paths), urls.indices.type), memory_pool=KEEP)
     return pa.DictionaryArray.from_arrays(indices, pa.array([*paths, "/"], pa.string()))
 
 
-def _check_headers(name: str, texts: pa.Array, seqs: pa.Array) -> None:
+def _check_headers(name: str, texts: pa.DictionaryArray, seqs: pa.Array) -> None:
     """``TraceFormatError`` for a response whose headers are not a JSON object of texts: RE2 passes most, the
-    rest are parsed in Python."""
-    distinct = pc.unique(texts)  # responses share most of their headers: each text is checked once
-    plain = pc.or_(pc.equal(pc.fill_null(distinct, ""), ""), pc.match_substring_regex(distinct, HEADERS_PATTERN))
-    for text in distinct.filter(pc.invert(pc.fill_null(plain, False))).to_pylist():
-        first = pc.index(texts, text).as_py()  # the response to name, should it be bad
-        _headers(name, seqs[first].as_py(), text)
+    rest are parsed in Python, in the order they first appear (``texts`` is ``_compacted``)."""
+    distinct = texts.dictionary  # responses share most of their headers: each text is checked once
+    plain = pc.or_(pc.equal(distinct, ""), pc.match_substring_regex(distinct, HEADERS_PATTERN))
+    for code in np.flatnonzero(~np.asarray(plain.to_numpy(zero_copy_only=False), bool)).tolist():
+        first = pc.index(texts.indices, code).as_py()  # the response to name, should it be bad
+        _headers(name, seqs[first].as_py(), distinct[code].as_py())
 
 
 def _creates(table: pa.Table, session_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each session's first ``/create``: the session codes and the rows."""
-    rows = np.flatnonzero(pc.equal(table["path"].cast(pa.string()), "/create").to_numpy(zero_copy_only=False))
+    rows = np.flatnonzero(pc.equal(table["path"], "/create").to_numpy(zero_copy_only=False))
     rows = rows[rows < session_starts[-1]]
     codes = table["session"].to_numpy()[rows]
     codes, first = np.unique(codes, return_index=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pyarrow.parquet as pq
 import pytest
 
 import ors_lab as ol
@@ -152,11 +153,26 @@ def recorded_here(tmp_path_factory: pytest.TempPathFactory, ors_sdk_server: Any)
     return path
 
 
-@pytest.fixture(params=["demo", "openai-arithmetic", "two-runs"])
-def trace(request: pytest.FixtureRequest, recorded_here: Path) -> ol.Trace:
+@pytest.fixture(scope="module")
+def written_plain(tmp_path_factory: pytest.TempPathFactory, recorded_here: Path) -> Path:
+    """The two-run trace written again without dictionary encoding: its string columns are plain in the file."""
+    path = tmp_path_factory.mktemp("plain") / "two-runs-plain.parquet"
+    pq.write_table(pq.read_table(recorded_here), path, use_dictionary=False)
+    return path
+
+
+@pytest.fixture(params=["demo", "openai-arithmetic", "two-runs", "two-runs written plain", "demo in memory",
+                        "two-runs in memory"])  # fmt: skip
+def trace(request: pytest.FixtureRequest, recorded_here: Path, written_plain: Path) -> ol.Trace:
+    """A trace as ``load_trace`` gives it; or its rows in memory, plain strings (as the parts of an unfinished trace
+    are read)."""
     paths = {"demo": RECORDINGS / "demo.parquet", "openai-arithmetic": RECORDINGS / "openai-arithmetic.parquet",
-             "two-runs": recorded_here}  # fmt: skip
-    return ol.load_trace(paths[request.param])
+             "two-runs": recorded_here, "two-runs written plain": written_plain}  # fmt: skip
+    name = request.param.removesuffix(" in memory")
+    trace = ol.load_trace(paths[name])
+    if name == request.param:
+        return trace
+    return ol.Trace(trace.table, path=trace.path, partial=True)
 
 
 @pytest.mark.parametrize("agent", [False, True])
@@ -228,3 +244,20 @@ def test_in_session_mismatches_name_the_same_nearest(trace: ol.Trace) -> None:
 def _played(engine: ReplayEngine) -> list[int]:
     recording = engine.recording
     return [recording.peek(int(row)).seq for row in recording.ordered if recording.played(int(row))]
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_of_several_bad_headers_the_first_recorded_is_named(tmp_path: Path, in_memory: bool) -> None:
+    """Responses whose headers are not a JSON object of texts: the error names the first one in the index's order."""
+    path = tmp_path / "run.parquet"
+    with ol.Recorder(path) as rec:
+        for number, headers in enumerate(['{"a": "b"}', '["a list"]', "{not json", '["a list"]']):
+            rec.emit("request", session_id="s", method="POST", url="http://127.0.0.1:1/ping", exchange=number)
+            rec.emit("response", session_id="s", status=200, exchange=number, headers=headers)
+    trace = ol.load_trace(path)
+    rows = trace.select(["seq", "kind", "headers"], kinds=["response"]).to_pylist()
+    first = next(row["seq"] for row in rows if row["headers"] == '["a list"]')
+    if in_memory:
+        trace = ol.Trace(trace.table, path=trace.path, partial=True)
+    with pytest.raises(ol.TraceFormatError, match=rf"at seq {first} has headers that are not a JSON object of texts"):
+        Recording(trace)
