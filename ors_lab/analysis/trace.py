@@ -33,7 +33,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
-from functools import cached_property
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -119,7 +120,8 @@ class _InMemory:
 
 class _Compacted:
     """A compacted trace, its footer read (the file kept open: a trace appended to and compacted again
-    after the load is not mixed in); its row groups read on request, each validated."""
+    after the load is not mixed in); its row groups read on request, ``GROUPS_AT_ONCE`` at a time (the next
+    batch read on a thread of its own while one is checked and used), each validated."""
 
     def __init__(self, path: Path, file: pq.ParquetFile, version: str) -> None:
         self.path, self.file, self.version = path, file, version
@@ -136,17 +138,35 @@ class _Compacted:
                                                 *(RECORD_SOURCE if records else [])])
                 if name in self.present]  # fmt: skip
         groups = [i for i in range(self.file.num_row_groups) if kinds is None or self._may_hold(i, kinds)]
-        for start in range(0, len(groups), GROUPS_AT_ONCE):
-            batch = groups[start : start + GROUPS_AT_ONCE]
-            # one row group is read on this thread: decoding its columns on Arrow's threads saves little, and their
-            # allocator keeps the pages they touched (some 15 MB, held by a process that reads a small trace)
-            threads = len(batch) > 1
-            try:
-                table = self._checked(self.file.read_row_groups(batch, columns=read, use_threads=threads), columns,
-                                      kinds, encoded)  # fmt: skip
-            except Exception:  # whatever a damaged row group makes the reader raise: find which, and say so
-                table = pa.concat_tables([self._group(index, read, columns, kinds, encoded) for index in batch])
-            yield table
+        batches = [groups[start : start + GROUPS_AT_ONCE] for start in range(0, len(groups), GROUPS_AT_ONCE)]
+        if len(batches) < 2:  # a small trace, read on this thread (one row group not even on Arrow's threads: their
+            for batch in batches:  # allocator keeps the pages they touched, some 15 MB)
+                rows = partial(self._read, batch, read, len(batch) > 1)
+                yield self._batch(batch, rows, read, columns, kinds, encoded)
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ors_lab-read") as reader:
+            # the next batch is read (Arrow decodes it on its threads) while this one is checked here
+            ahead = reader.submit(self._read, batches[0], read, True)
+            for number, batch in enumerate(batches):
+                taken = ahead
+                if number + 1 < len(batches):
+                    ahead = reader.submit(self._read, batches[number + 1], read, True)
+                yield self._batch(batch, taken.result, read, columns, kinds, encoded, ahead)
+
+    def _read(self, batch: list[int], read: list[str], threads: bool) -> pa.Table:
+        return self.file.read_row_groups(batch, columns=read, use_threads=threads)
+
+    def _batch(self, batch: list[int], rows: Callable[[], pa.Table], read: list[str], columns: Sequence[str],
+               kinds: Sequence[str] | None, encoded: Sequence[str],
+               ahead: Future[pa.Table] | None = None) -> pa.Table:  # fmt: skip
+        """A batch of row groups, read (``rows``) and ``_checked``; when that fails, each row group on its own, to name
+        the damaged one (once the read ``ahead`` is done: the file is read by one thread at a time)."""
+        try:
+            return self._checked(rows(), columns, kinds, encoded)
+        except Exception:  # whatever a damaged row group makes the reader raise: find which, and say so
+            if ahead is not None:
+                wait([ahead])
+            return pa.concat_tables([self._group(index, read, columns, kinds, encoded) for index in batch])
 
     def _checked(self, table: pa.Table, columns: Sequence[str], kinds: Sequence[str] | None,
                  encoded: Sequence[str] = ()) -> pa.Table:  # fmt: skip

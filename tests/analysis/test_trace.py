@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import ors_lab
+from ors_lab.analysis.trace import GROUPS_AT_ONCE
 from ors_lab.recording.parts import parts_dir
 from ors_lab.recording.schema import EPISODE_COLUMNS, METADATA_CREATED, METADATA_SCHEMA_VERSION, METADATA_SERVERS
 
@@ -305,6 +307,26 @@ def test_a_damaged_row_group_found_at_first_access_is_a_trace_format_error(demo_
             read()
     skipped = ors_lab.load_trace(demo_copy, skip_bad_parts=True)
     assert list(skipped.skipped) == [f"{demo_copy} row group 5"] and len(skipped.table) == 4842 - 500
+
+
+def test_a_trace_of_many_batches_is_read_ahead_the_same_and_names_a_damaged_row_group(tmp_path: Path) -> None:
+    """A trace of more row groups than are read at once (the next batch read while one is checked): the same rows
+    and frames as the trace read in one batch; a damaged row group in a batch read ahead is named; a scan left
+    early leaves no reading thread behind."""
+    path = tmp_path / "demo.parquet"
+    pq.write_table(pq.read_table(REPO_ROOT / "recordings" / "demo.parquet"), path, row_group_size=100)
+    assert pq.ParquetFile(path).num_row_groups > 3 * GROUPS_AT_ONCE
+    trace, whole = ors_lab.load_trace(path), ors_lab.load_trace(REPO_ROOT / "recordings" / "demo.parquet")
+    columns = ["seq", "kind", "session_id", "reward"]
+    assert trace.select(columns, kinds=["open", "result"]).equals(whole.select(columns, kinds=["open", "result"]))
+    pd.testing.assert_frame_equal(trace.episodes, whole.episodes)
+    pieces = ors_lab.load_trace(path).scan(["seq"])
+    next(pieces)
+    pieces.close()
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("ors_lab-read")]
+    _damage_column(path, "session_id", range(37, 38))
+    with pytest.raises(ors_lab.TraceFormatError, match=rf"{path} row group 37 is not readable"):
+        ors_lab.load_trace(path).select(["session_id"])
 
 
 def test_select_reads_columns_and_kinds_in_the_traces_order(demo_copy: Path) -> None:
