@@ -1,6 +1,6 @@
 """Scale on one machine: open sessions, traces and replay as they grow, in one run.
 
-    .venv/bin/python bench/scale.py                  # all three parts, full sizes (about 6 minutes; the first run writes its traces)
+    .venv/bin/python bench/scale.py                  # all three parts, full sizes (about 6 minutes; 7 the first time)
     .venv/bin/python bench/scale.py --only replay    # one part (sessions, trace or replay)
     .venv/bin/python bench/scale.py --quick          # the two smaller sizes of each, one round
     .venv/bin/python bench/scale.py --check          # exit 1 if a target is missed
