@@ -162,8 +162,9 @@ def episode_columns(table: pa.Table) -> pa.Table:
     offsets = np.frombuffer(data.buffers()[1], dtype=np.int64)[data.offset : data.offset + len(data) + 1]
     text = data.buffers()[2][int(offsets[0]) : int(offsets[-1])]
     options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=True)
+    blocks = pa_json.ReadOptions(block_size=max(1 << 20, 2 * int(np.diff(offsets).max())))  # a record in a block
     try:
-        records = pa_json.read_json(pa.BufferReader(text), parse_options=options)
+        records = pa_json.read_json(pa.BufferReader(text), read_options=blocks, parse_options=options)
     except pa.ArrowInvalid as exc:
         raise ValueError(f"an episode row's record is not a JSON object: {exc}") from exc
     if records.num_rows != len(data):

@@ -456,6 +456,23 @@ def test_a_version_5_trace_reads_its_episode_columns_from_its_records(
     assert set(episodes["success"]) == {True, False}  # both kinds of episode
 
 
+def test_an_older_traces_record_longer_than_a_json_block_is_read(tmp_path: Path) -> None:
+    """A version 5 trace whose episode record is longer than Arrow's JSON reader's default block (1 MB, here a
+    3 MB error message) gives its episode columns like the others."""
+    path = tmp_path / "run.parquet"
+    records = [{"success": n != 1, "total_reward": float(n), "error": "x" * (3_000_000 if n == 1 else 10)}
+               for n in range(3)]  # fmt: skip
+    with ors_lab.Recorder(path) as rec:
+        for n, record in enumerate(records):
+            rec.emit("episode", layer="agent", session_id=f"s{n}", data=json.dumps(record))
+    table = pq.read_table(path)
+    old = tmp_path / "old.parquet"
+    metadata = {**table.schema.metadata, METADATA_SCHEMA_VERSION: b"5"}
+    pq.write_table(table.drop_columns(list(EPISODE_COLUMNS)).replace_schema_metadata(metadata), old)
+    read = ors_lab.load_trace(old).select(["success", "total_reward"], kinds=["episode"])
+    assert read.to_pylist() == [{"success": r["success"], "total_reward": r["total_reward"]} for r in records]
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
