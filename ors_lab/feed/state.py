@@ -9,8 +9,9 @@ events too (``docs/feed.md``): ``snapshot`` (or ``reset``, when events were lost
 and time.
 
 The times are the run's: the dashboard's clock starts when the run started (``elapsedS`` of the
-snapshot), and an episode caught up from a snapshot counts at the time it ended in the run
-(``started`` + ``durationS``), so its rate and its mean reward over time are the run's own.
+snapshot), and an episode counts at the time it ended in the run (``started`` + ``durationS``), whether
+caught up from a snapshot or read live however late the feed (drained every ``INTERVAL``) or a loaded
+machine brought it, so its rate and its mean reward over time are the run's own.
 
 No I/O here: ``take(kind, data)`` is one event of the feed, ``FeedReader`` reads them.
 """
@@ -62,7 +63,7 @@ class FeedState(ViewState):
         return f"FeedState({self.text()!r})"
 
     def clock(self) -> float:
-        """The dashboard's clock: this process's, or pinned at the time an event caught up from a snapshot happened."""
+        """The dashboard's clock: this process's, or pinned at the time the episode being applied ended in the run."""
         return self._pinned if self._pinned is not None else self._clock()
 
     # -- the feed's events ------------------------------------------------------------------------
@@ -98,7 +99,7 @@ class FeedState(ViewState):
             if data.get("resumed"):
                 run.resume([event.record()])
                 return True
-            if self._catching_up and self._started_at is not None:  # at the time it ended in the run
+            if self._started_at is not None:  # at the time it ended in the run, however late the feed brought it
                 self._at(run.started + event.started + event.duration_s - self._started_at)
         try:
             return run.apply(event)
