@@ -261,3 +261,18 @@ def test_of_several_bad_headers_the_first_recorded_is_named(tmp_path: Path, in_m
         trace = ol.Trace(trace.table, path=trace.path, partial=True)
     with pytest.raises(ol.TraceFormatError, match=rf"at seq {first} has headers that are not a JSON object of texts"):
         Recording(trace)
+
+
+def test_rows_decode_dictionary_columns_with_their_nulls() -> None:
+    """A slice of rows reads a dictionary column through its indices and values (nulls kept), as pyarrow's own
+    `to_pylist` does, for any slice and after earlier ones (the values are decoded once)."""
+    import pyarrow as pa
+
+    from ors_lab.replay.recorded import _Rows
+
+    method = pa.array(["POST", None, "GET", "POST", None, "DELETE", "GET"]).dictionary_encode()
+    table = pa.table({"method": method, "seq": pa.array([1, 2, None, 4, 5, 6, 7]), "body": pa.array([b"x"] * 7)})
+    rows = _Rows(table)
+    for start, count in [(0, 7), (1, 3), (4, 3), (6, 1), (0, 0), (2, 2)]:
+        assert rows(start, count) == table.slice(start, count).to_pylist()
+    assert rows(1, 2) == [{"method": None, "seq": 2, "body": b"x"}, {"method": "GET", "seq": None, "body": b"x"}]
