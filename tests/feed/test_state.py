@@ -87,7 +87,7 @@ def watched(
         result = ol.evaluate(client.environment("lab"), split=split, feed=feed, progress=False, subscribe=subscriber,
                              **options)  # fmt: skip
         own.end()
-        if joining is not None:
+        if joiner.ident is not None:  # started
             joiner.join(15)
     for reader in readers:  # the feed closed: each reads to its end
         assert reader.wait(10) and reader.status == "ended", reader

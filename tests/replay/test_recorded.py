@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import ors_lab as ol
 from ors_lab.replay.engine import ReplayEngine, body_value, difference, short
-from ors_lab.replay.recorded import COLUMNS, Exchange, Item, Recording, matches, recorded_episodes
+from ors_lab.replay.recorded import COLUMNS, Exchange, Item, Recording, _Rows, matches, recorded_episodes
 from tests.replay.test_replay import script
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
@@ -266,10 +267,6 @@ def test_of_several_bad_headers_the_first_recorded_is_named(tmp_path: Path, in_m
 def test_rows_decode_dictionary_columns_with_their_nulls() -> None:
     """A slice of rows reads a dictionary column through its indices and values (nulls kept), as pyarrow's own
     `to_pylist` does, for any slice and after earlier ones (the values are decoded once)."""
-    import pyarrow as pa
-
-    from ors_lab.replay.recorded import _Rows
-
     method = pa.array(["POST", None, "GET", "POST", None, "DELETE", "GET"]).dictionary_encode()
     table = pa.table({"method": method, "seq": pa.array([1, 2, None, 4, 5, 6, 7]), "body": pa.array([b"x"] * 7)})
     rows = _Rows(table)
