@@ -57,6 +57,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
+from ors_lab.protocol.errors import EventNotRecordedError
+
 __all__ = [
     "AGENT_KINDS",
     "EVENT_TYPES",
@@ -343,7 +345,18 @@ class AgentEvent(Event):
     """An event of the agent stream vocabulary; ``to_wire()`` is the seed's JSON, ``type`` its type."""
 
     LAYER: ClassVar[str] = "agent"
+    TEXT: ClassVar[tuple[str, ...]] = ()
+    """The fields that must be text: checked when the event is made, so a wrong value fails its maker
+    (the agent's code), never a subscriber such as the recorder later."""
     rollout: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in self.TEXT:
+            value = getattr(self, name)
+            if type(value) is not str:
+                shown = repr(value)
+                raise TypeError(f"{type(self).__name__}.{name} must be a str, not {type(value).__name__}: "
+                                f"{shown[:200]}{'...' if len(shown) > 200 else ''}")  # fmt: skip
 
     @property
     def type(self) -> str:
@@ -368,6 +381,7 @@ class StartEvent(AgentEvent):
     """An episode starts (before its session opens); ``message_id`` is the session id."""
 
     kind: ClassVar[str] = "start"
+    TEXT: ClassVar[tuple[str, ...]] = ("message_id",)
     message_id: str
     environment: str | None = None
     split: str | None = None
@@ -387,6 +401,7 @@ class BlockStartEvent(AgentEvent):
     """One turn of the agent begins: its reasoning, text and tool calls until the matching block-end."""
 
     kind: ClassVar[str] = "block-start"
+    TEXT: ClassVar[tuple[str, ...]] = ("block_id", "block_name", "block_type")
     block_id: str
     block_name: str
     block_type: str = "turn"
@@ -408,6 +423,7 @@ class BlockEndEvent(AgentEvent):
     """The turn ends."""
 
     kind: ClassVar[str] = "block-end"
+    TEXT: ClassVar[tuple[str, ...]] = ("block_id",)
     block_id: str
     summary: str | None = None
 
@@ -424,6 +440,7 @@ class BlockEndEvent(AgentEvent):
 
 @dataclass(slots=True, kw_only=True)
 class _PartEvent(AgentEvent):
+    TEXT: ClassVar[tuple[str, ...]] = ("id",)
     id: str
 
     def to_wire(self) -> dict[str, Any]:
@@ -435,6 +452,7 @@ class _PartEvent(AgentEvent):
 
 @dataclass(slots=True, kw_only=True)
 class _DeltaEvent(AgentEvent):
+    TEXT: ClassVar[tuple[str, ...]] = ("id", "delta")
     id: str
     delta: str
 
@@ -492,6 +510,7 @@ class ToolInputStartEvent(AgentEvent):
     """The agent starts streaming a tool call's input (an LLM's argument deltas follow)."""
 
     kind: ClassVar[str] = "tool-input-start"
+    TEXT: ClassVar[tuple[str, ...]] = ("tool_call_id", "tool_name")
     tool_call_id: str
     tool_name: str
     title: str | None = None
@@ -513,6 +532,7 @@ class ToolInputDeltaEvent(AgentEvent):
     """A piece of a tool call's input, as text."""
 
     kind: ClassVar[str] = "tool-input-delta"
+    TEXT: ClassVar[tuple[str, ...]] = ("tool_call_id", "input_text_delta")
     tool_call_id: str
     input_text_delta: str
 
@@ -529,6 +549,7 @@ class ToolInputEndEvent(AgentEvent):
     """A tool call's streamed input is complete."""
 
     kind: ClassVar[str] = "tool-input-end"
+    TEXT: ClassVar[tuple[str, ...]] = ("tool_call_id",)
     tool_call_id: str
 
     def to_wire(self) -> dict[str, Any]:
@@ -543,6 +564,7 @@ class ToolInputAvailableEvent(AgentEvent):
     """A tool call about to be made, with its whole input."""
 
     kind: ClassVar[str] = "tool-input-available"
+    TEXT: ClassVar[tuple[str, ...]] = ("tool_call_id", "tool_name")
     tool_call_id: str
     tool_name: str
     input: Mapping[str, Any]
@@ -631,9 +653,12 @@ class UsageEvent(AgentEvent):
         return wire
 
 
-FINISH_REASONS = ("stop", "tool-calls", "client-tool-calls", "length", "content-filter", "error", "other")
-"""The seed's finish reasons. The harness says ``stop`` when the agent ended its turn (the episode
-finished or the agent stopped), ``length`` when the step limit ended it, ``error`` when it failed."""
+FINISH_REASONS = ("stop", "tool-calls", "client-tool-calls", "length", "content-filter", "error", "other", "refusal",
+                  "max-steps")  # fmt: skip
+"""The seed's finish reasons, and two of ours. The harness says ``stop`` when the agent ended its turn
+(the episode finished or the agent stopped), ``max-steps`` (ours) when its step limit ended it,
+``error`` when it failed; an LLM agent passes on its model's last answer: ``length`` when the model
+ran out of tokens, ``content-filter``, ``refusal`` (ours) when the model refused."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -641,6 +666,7 @@ class FinishEvent(AgentEvent):
     """The episode's agent stream ends, for ``finish_reason`` (one of ``FINISH_REASONS``)."""
 
     kind: ClassVar[str] = "finish"
+    TEXT: ClassVar[tuple[str, ...]] = ("finish_reason",)
     finish_reason: str
 
     def to_wire(self) -> dict[str, Any]:
@@ -665,6 +691,7 @@ class ErrorEvent(AgentEvent):
     """
 
     kind: ClassVar[str] = "error"
+    TEXT: ClassVar[tuple[str, ...]] = ("error_type", "message", "source")
     error_type: str
     message: str
     source: str
@@ -854,6 +881,9 @@ class Subscription:
     buffered subscriber lost because its buffer was full (the oldest go first).
     """
 
+    required = False
+    """A required subscriber (the recorder) is never detached: its failure is the publisher's."""
+
     def __init__(self, stream: EventStream, subscriber: Subscriber, kinds: Iterable[str] | None) -> None:
         self.stream = stream
         self.subscriber = subscriber
@@ -990,6 +1020,18 @@ class BufferedSubscription(Subscription):
                 time.sleep(self.every)
 
 
+def _not_recorded(event: Event, subscription: Subscription, exc: Exception) -> EventNotRecordedError:
+    name = getattr(subscription.subscriber, "__qualname__", None) or type(subscription.subscriber).__name__
+    error = EventNotRecordedError(
+        f"the {event.kind} event ({type(event).__name__}) could not be taken by {name}, which the run "
+        f"cannot do without ({type(exc).__name__}: {exc}); the episode fails, and the trace keeps what came before",
+        kind=event.kind,
+        session_id=event.session_id,
+    )
+    error.__cause__ = exc
+    return error
+
+
 class EventStream:
     """An ordered stream of events: ``subscribe`` to it, ``publish`` on it (see the module docstring).
 
@@ -1022,6 +1064,7 @@ class EventStream:
         kinds: Iterable[str] | None = None,
         buffer: int | None = None,
         every: float | None = None,
+        required: bool = False,
     ) -> Subscription:
         """Call ``subscriber`` with every event from now on (only ``kinds``, if given).
 
@@ -1029,7 +1072,14 @@ class EventStream:
         (or ``every=S``, which implies a buffer) it is called from a thread of its own through a
         buffer of N events (default 10,000); ``every=S`` hands it lists of the events gathered, at
         most once every S seconds. Returns the ``Subscription``; ``close()`` it to unsubscribe.
+
+        ``required=True`` (inline only: what the run cannot do without, such as its recorder and the
+        rows of its result) keeps the subscriber attached whatever it raises: the event still goes to
+        every other subscriber, then ``publish`` raises ``EventNotRecordedError`` naming the event, so
+        the code that published it (an episode) fails instead of the event being lost without a word.
         """
+        if required and (buffer is not None or every is not None):
+            raise ValueError("a required subscriber is called inline: it takes no buffer= or every=")
         if kinds is not None:
             kinds = list(kinds)
             unknown = sorted(set(kinds) - set(EVENT_TYPES))
@@ -1042,6 +1092,7 @@ class EventStream:
             subscription = BufferedSubscription(
                 self, subscriber, kinds, maxlen=DEFAULT_BUFFER if buffer is None else buffer, every=every
             )
+        subscription.required = required
         with self._lock:
             self._subscriptions = (*self._subscriptions, subscription)
         return subscription
@@ -1051,16 +1102,24 @@ class EventStream:
             self._subscriptions = tuple(s for s in self._subscriptions if s is not subscription)
 
     def publish(self, event: Event) -> None:
-        """Hand ``event`` to every subscriber, in the order they subscribed, then to the parent stream."""
+        """Hand ``event`` to every subscriber, in the order they subscribed, then to the parent stream.
+
+        Raises ``EventNotRecordedError`` (after every subscriber had the event) when a required one failed on it."""
         stream: EventStream | None = self
+        failed: tuple[Subscription, Exception] | None = None
         while stream is not None:
             for subscription in stream._subscriptions:
                 if subscription.kinds is None or event.kind in subscription.kinds:
                     try:
                         subscription.deliver(event)
-                    except Exception as exc:  # a subscriber's failure is its own, never the publisher's
-                        subscription._fail(exc)
+                    except Exception as exc:  # a subscriber's failure is its own, never the publisher's ...
+                        if subscription.required:  # ... but for one the run cannot do without
+                            failed = failed or (subscription, exc)
+                        else:
+                            subscription._fail(exc)
             stream = stream.parent
+        if failed is not None:
+            raise _not_recorded(event, *failed)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the buffered subscribers here and up the chain took every event published so far."""

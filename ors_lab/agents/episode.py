@@ -239,6 +239,7 @@ class Episode:
         self.finish_reason: str | None = None
         self.usage = Usage()
         self._ids = itertools.count(1)
+        self._summaries: dict[str, str] = {}
 
     def __repr__(self) -> str:
         where = f"{self.split}[{self.index}]" if self.index is not None else repr(self.task)
@@ -291,13 +292,18 @@ class Episode:
 
     @contextmanager
     def block(self, name: str, *, block_type: str = "turn") -> Iterator[str]:
-        """``with episode.block("turn 1"):`` one turn of the agent, between block-start and block-end."""
+        """``with episode.block("turn 1") as block:`` one turn of the agent, between block-start and
+        block-end (whose summary ``summarize(block, text)`` gives)."""
         block_id = self.new_id("block")
         self.publish(BlockStartEvent(block_id=block_id, block_name=name, block_type=block_type))
         try:
             yield block_id
         finally:
-            self.publish(BlockEndEvent(block_id=block_id))
+            self.publish(BlockEndEvent(block_id=block_id, summary=self._summaries.pop(block_id, None)))
+
+    def summarize(self, block_id: str, summary: str) -> None:
+        """The summary the block's ``block-end`` will carry (what the turn came to)."""
+        self._summaries[block_id] = summary
 
     @contextmanager
     def text(self) -> Iterator[TextStream]:

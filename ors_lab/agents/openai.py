@@ -4,14 +4,25 @@
     ol.evaluate(env, agent, split="test", record="runs/llm.parquet")
 
 Each turn (one ``block``) streams one chat completion with the session's tools as function tools.
-Reasoning deltas (``reasoning_content`` or ``reasoning`` in the delta, as open-weight servers send
-them) become ``reasoning-*`` events, content deltas ``text-*`` events, and tool-call argument
-deltas ``tool-input-*`` events; the completion's token usage (asked for with
-``stream_options.include_usage``) a ``usage`` event; each tool call then runs through
-``episode.call`` and its result goes back as a ``tool`` message. The episode ends when it
-finishes, the step limit is reached, or the model answers without calling a tool. A failure of the
-provider is published as the seed's structured ``error`` (``rate_limit_error``,
-``authentication_error``, ``provider_overloaded``, ``provider_error``) and ends the episode.
+The SDK sends the request (and retries what it retries); the answer's bytes are read by the one
+chat-completions decoder (``ors_lab.agents.chat``), so every shape that servers really send is read
+the same live, recorded and replayed: reasoning (``reasoning_content``, ``reasoning``, ``thinking``
+parts) becomes ``reasoning-*`` events, text ``text-*`` events, a refusal a text part of its own
+(id ``refusal-N``) with finish reason ``refusal``, tool-call argument deltas ``tool-input-*``
+events; the completion's token usage (asked for with ``stream_options.include_usage``) a ``usage``
+event. The turn's ``block-end`` summary says its finish reason and any other choices (``n > 1``)
+that came and were ignored. Each tool call then runs through ``episode.call`` and its result goes
+back as a ``tool`` message; a call whose arguments are not one JSON object is never run (the model
+is told why). The episode ends when it finishes, the step limit is reached, or the model answers
+without calling a tool.
+
+A failure of the provider ends the episode and is published as the seed's structured ``error``
+from source ``provider`` (``rate_limit_error``, ``authentication_error``, ``provider_overloaded``,
+``provider_error``): an HTTP error status, an error object in the stream
+(``ProviderReportedError``), a malformed chunk (``MalformedChunkError``), an answer that ended with
+no finish reason and no ``[DONE]`` (``IncompleteStreamError``: none of its tools run), a connection
+cut mid-answer (``ProviderStreamError``, saying the bytes and chunks received, the last chunk and
+any tool call left open).
 
 The SDK is given an ``http_client`` on ``RecordingTransport``, so the LLM traffic is recorded into
 the evaluation's trace (the API key is redacted before writing); pass
@@ -22,22 +33,20 @@ requests are matched by method, path and body).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
 
+from ors_lab.agents.chat import CallPiece, ChatAnswer, TextPiece, ToolCall, tool_input
 from ors_lab.agents.episode import REPORTED, Episode, TextStream, error_event
 from ors_lab.agents.http import needs_credentials, recording_http_client
 from ors_lab.events import ToolInputDeltaEvent, ToolInputEndEvent, ToolInputStartEvent, ToolOutputErrorEvent
+from ors_lab.protocol.errors import ProviderError, ProviderStreamError
 from ors_lab.protocol.replay import MISMATCH, REPLAY_HEADER, mismatch_error
 
 __all__ = ["OpenAIAgent", "function_tools"]
-
-FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool-calls", "content_filter": "content-filter"}
 
 
 def function_tools(episode: Episode) -> list[dict[str, Any]]:
@@ -55,30 +64,30 @@ def function_tools(episode: Episode) -> list[dict[str, Any]]:
     ]
 
 
-@dataclass
-class _ToolCall:
-    id: str
-    name: str
-    arguments: list[str] = field(default_factory=list)
-
-
 class _Turn:
-    """One streamed completion, turned into agent events as the deltas arrive."""
+    """One answer's pieces (``ors_lab.agents.chat``) turned into agent events as they arrive."""
 
     def __init__(self, episode: Episode) -> None:
         self.episode = episode
-        self.parts: dict[str, TextStream] = {}  # the open "text" or "reasoning" part (one at a time)
-        self.calls: dict[int, _ToolCall] = {}
+        self._new_id = lambda: episode.new_id("call")
+        self.answer = ChatAnswer(new_id=self._new_id)
+        self.parts: dict[str, TextStream] = {}  # the open text, reasoning or refusal part (one at a time)
         self.content: list[str] = []
-        self.finish_reason: str | None = None
-        self.usage: Any = None
+        self.refusal: list[str] = []
+        self.started: list[ToolCall] = []
+
+    def begin(self, content_type: str | None) -> None:
+        """The answer's headers came: its content type says whether it is a stream or one JSON object."""
+        self.answer = ChatAnswer(content_type=content_type, new_id=self._new_id)
 
     def _part(self, kind: str) -> TextStream:
-        """The open text or reasoning part, opening it (and closing the other) when needed."""
+        """The open part of ``kind``, opening it (and closing the other) when needed."""
         part = self.parts.get(kind)
         if part is None:
             self._close()
-            part = self.parts[kind] = self.episode.open_part(kind)
+            event_kind = "reasoning" if kind == "reasoning" else "text"
+            part = self.parts[kind] = TextStream(self.episode, event_kind, self.episode.new_id(kind))
+            part.start()
         return part
 
     def _close(self) -> None:
@@ -86,59 +95,60 @@ class _Turn:
             part.close()
         self.parts.clear()
 
-    def feed(self, chunk: Any) -> None:
-        if getattr(chunk, "usage", None) is not None:
-            self.usage = chunk.usage
-        for choice in chunk.choices or ():
-            delta = choice.delta
-            extra = delta.model_extra or {}
-            reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-            if isinstance(reasoning, str) and reasoning:
-                self._part("reasoning").write(reasoning)
-            if delta.content:
-                self.content.append(delta.content)
-                self._part("text").write(delta.content)
-            for call in delta.tool_calls or ():
-                self._tool_delta(call)
-            if choice.finish_reason:
-                self.finish_reason = choice.finish_reason
+    def take(self, pieces: list[TextPiece | CallPiece]) -> None:
+        for piece in pieces:
+            if isinstance(piece, TextPiece):
+                if piece.kind == "text":
+                    self.content.append(piece.text)
+                elif piece.kind == "refusal":
+                    self.refusal.append(piece.text)
+                self._part(piece.kind).write(piece.text)
+                continue
+            self._close()
+            call = piece.call
+            if piece.started:
+                self.started.append(call)
+                self.episode.publish(ToolInputStartEvent(tool_call_id=call.id, tool_name=call.name))
+            if piece.arguments:
+                self.episode.publish(ToolInputDeltaEvent(tool_call_id=call.id, input_text_delta=piece.arguments))
 
-    def _tool_delta(self, call: Any) -> None:
-        self._close()
-        entry = self.calls.get(call.index)
-        function = call.function
-        if entry is None:
-            entry = self.calls[call.index] = _ToolCall(
-                id=call.id or self.episode.new_id("call"), name=(function.name if function else None) or ""
-            )
-            self.episode.publish(ToolInputStartEvent(tool_call_id=entry.id, tool_name=entry.name))
-        if function is not None and function.arguments:
-            entry.arguments.append(function.arguments)
-            self.episode.publish(ToolInputDeltaEvent(tool_call_id=entry.id, input_text_delta=function.arguments))
+    def feed(self, data: bytes) -> None:
+        """Some of the answer's bytes; raises what the decoder found wrong, after the pieces before it."""
+        self.take(self.answer.feed(data))
+        if self.answer.error is not None:
+            raise self.answer.error
+
+    def close(self) -> None:
+        """The answer's bytes ended; raises ``IncompleteStreamError`` if it was cut short."""
+        self.take(self.answer.close())
 
     def end(self, model: str) -> None:
+        """The turn is over, however it ended: parts and tool inputs closed, usage counted, summary given."""
         self._close()
-        for entry in self.calls.values():
-            self.episode.publish(ToolInputEndEvent(tool_call_id=entry.id))
-        usage = self.usage
+        for call in self.started:
+            self.episode.publish(ToolInputEndEvent(tool_call_id=call.id))
+        usage = self.answer.usage
         if usage is not None:
-            completion = getattr(usage, "completion_tokens_details", None)
-            prompt = getattr(usage, "prompt_tokens_details", None)
-            self.episode.record_usage(
-                input_tokens=usage.prompt_tokens,
-                output_tokens=usage.completion_tokens,
-                reasoning_tokens=getattr(completion, "reasoning_tokens", None),
-                cached_tokens=getattr(prompt, "cached_tokens", None),
-                model=model,
-            )
+            self.episode.record_usage(**usage, model=model)
+
+    def summary(self) -> str:
+        """The turn's block-end summary: its finish reason, and the choices that were ignored."""
+        said = f"finish: {self.answer.finish_reason}"
+        others = len(self.answer.other_choices)
+        if others:
+            said += f"; {others} other choice{'s' if others > 1 else ''} came and {'were' if others > 1 else 'was'} "
+            said += "ignored (only choice 0 is read)"
+        return said
 
     def message(self) -> dict[str, Any]:
         """The assistant message to send back in the next turn."""
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
-        if self.calls:
+        if self.refusal:
+            message["refusal"] = "".join(self.refusal)
+        if self.answer.calls:
             message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": "".join(c.arguments)}}
-                for c in self.calls.values()
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.text}}
+                for c in self.answer.calls
             ]
         return message
 
@@ -219,30 +229,24 @@ class OpenAIAgent:
             turns = 0
             while not episode.done:
                 turns += 1
-                with episode.block(f"turn {turns}"):
+                with episode.block(f"turn {turns}") as block:
                     turn = _Turn(episode)
-                    failure: openai.APIError | None = None
+                    failure: Exception | None = None
                     try:
-                        stream: Any = await client.chat.completions.create(
-                            model=self.model,
-                            messages=messages,  # type: ignore[arg-type]
-                            tools=tools,  # type: ignore[arg-type]
-                            stream=True,
-                            **options,
-                        )
-                        async for chunk in stream:
-                            turn.feed(chunk)
-                    except openai.APIError as exc:
+                        await _stream(client, turn, model=self.model, messages=messages, tools=tools, **options)
+                    except (openai.APIError, ProviderError) as exc:
                         failure = exc
                     finally:
                         turn.end(self.model)
+                        episode.summarize(block, turn.summary())
                     if failure is not None:
                         raise _reported(episode, failure)
                     messages.append(turn.message())
-                    if not turn.calls:
-                        episode.finish_reason = FINISH_REASONS.get(turn.finish_reason or "stop", "other")
+                    calls = turn.answer.calls
+                    if not calls:
+                        episode.finish_reason = turn.answer.finish_reason
                         return
-                    for call in turn.calls.values():
+                    for call in calls:
                         if episode.done:
                             return
                         content = await _run_tool(episode, call)
@@ -264,17 +268,37 @@ def _reported(episode: Episode, exc: Exception) -> Exception:
     return exc
 
 
-async def _run_tool(episode: Episode, call: _ToolCall) -> str:
-    """Run one tool call; what goes back to the model (the output, or why it failed)."""
-    text = "".join(call.arguments) or "{}"
+async def _stream(client: Any, turn: _Turn, **request: Any) -> None:
+    """Send one completion request and read its answer into ``turn``, byte for byte.
+
+    The SDK raises the HTTP errors (after its retries). A connection that fails before any answer,
+    or is cut while the answer streams, is a ``ProviderStreamError`` saying why and how far it got."""
+    import openai  # the optional extra: imported where it is used, as OpenAIAgent.run does
+
     try:
-        arguments = json.loads(text)
+        async with client.chat.completions.with_streaming_response.create(stream=True, **request) as response:
+            turn.begin(response.headers.get("content-type"))
+            try:
+                async for data in response.iter_bytes():
+                    turn.feed(data)
+            except httpx2.TransportError as exc:
+                raise ProviderStreamError(
+                    f"the connection was cut while the answer streamed ({type(exc).__name__}), after "
+                    f"{turn.answer.where()}"
+                ) from exc
+            turn.close()
+    except openai.APIConnectionError as exc:  # no answer at all: say why, not only "Connection error."
+        cause = exc.__cause__
+        why = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+        raise ProviderStreamError(f"the connection to the provider failed before any answer came ({why})") from exc
+
+
+async def _run_tool(episode: Episode, call: ToolCall) -> str:
+    """Run one tool call; what goes back to the model (the output, or why it was not run)."""
+    try:
+        arguments = tool_input(call)
     except ValueError as exc:
-        message = f"the arguments are not valid JSON ({exc}): {text[:200]}"
-        episode.publish(ToolOutputErrorEvent(tool_call_id=call.id, tool=call.name, error=message))
-        return f"error: {message}"
-    if not isinstance(arguments, dict):
-        message = f"the arguments must be a JSON object, not {text[:200]}"
+        message = str(exc)
         episode.publish(ToolOutputErrorEvent(tool_call_id=call.id, tool=call.name, error=message))
         return f"error: {message}"
     result = await episode.call(call.name, arguments, tool_call_id=call.id)

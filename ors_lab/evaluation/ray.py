@@ -288,7 +288,7 @@ class _Worker:
         shipped = self.runs[run]
         buffer: list[Event] = []
         events = EventStream()
-        events.subscribe(buffer.append)
+        events.subscribe(buffer.append, required=True)
         env = AsyncEnvironment(shipped.client, shipped.job.environment, events=events)
         job, limit, agent = shipped.job, shipped.limit, shipped.agent
 

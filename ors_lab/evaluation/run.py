@@ -249,7 +249,11 @@ async def _run(
     fed = False
     # the result's rows: taken from the tables the recorder writes, else made here
     rows: _RecordedRows | _ResultRows = _RecordedRows(recorder) if recorder is not None else _ResultRows()
-    subscriptions = [events.subscribe(rows, kinds=rows.KINDS), events.subscribe(ending, kinds=ending.KINDS)]
+    # the result's rows and the trace are required subscribers: an event they cannot take fails its episode
+    subscriptions = [
+        events.subscribe(rows, kinds=rows.KINDS, required=True),
+        events.subscribe(ending, kinds=ending.KINDS),
+    ]
     view: LiveView | None = None
     workers: list[asyncio.Task[None]] = []
     resumed: list[str] = []
@@ -257,7 +261,9 @@ async def _run(
     stopped_by: BaseException | None = None
     try:
         if recorder is not None:
-            subscriptions.append(events.subscribe(recorder))  # from the first request: a replay needs them all
+            subscriptions.append(
+                events.subscribe(recorder, required=True)
+            )  # from the first request: a replay needs them all
         if o.subscribe is not None:
             subscriptions.append(events.subscribe(o.subscribe, kinds=AGENT_KINDS))
         keys = {pair: (aenv.name, o.split, *pair) for pair in await _episodes(run_env, o.split, o.tasks, o.rollouts)}
@@ -803,7 +809,7 @@ async def _episode(
     if error is not None:
         finish_reason = "error"
     elif not finished and episode is not None and episode.done:
-        finish_reason = "length"
+        finish_reason = "max-steps"
     else:
         finish_reason = (episode.finish_reason if episode is not None else None) or "stop"
     total, final, value = reduce_reward(steps, reduction)

@@ -26,6 +26,15 @@
     │       │                       tool ran (a drop before `task_id`, a 5xx): it is not sent again
     │       └── CallDeadlineExceededError  ``call_timeout`` passed after the /call may have reached the server
     ├── SessionClosedError          the session was closed (or found dead) before this use
+    ├── EventNotRecordedError       the run's trace could not take one of its events (the event is named); the
+    │                               episode that published it fails, the trace stays valid
+    ├── ProviderError               the agent's LLM provider failed in its answer (an ``error`` event, source provider)
+    │   ├── ProviderReportedError   the answer held an error object (OpenAI, vLLM, OpenRouter, LiteLLM shapes):
+    │   │                           its message, ``code``, and ``status_code`` when the code is an HTTP status
+    │   └── ProviderStreamError     the answer broke: cut, not an event stream; says how far it got (bytes,
+    │       │                       chunks, the last chunk, a tool call left open)
+    │       ├── IncompleteStreamError  it ended with no finish reason and no [DONE]: none of its tools run
+    │       └── MalformedChunkError    a chunk that is not a JSON object (``chunk``: its start)
     ├── AgentNotShippableError      an agent a Ray run cannot send to its workers (not picklable; also a TypeError)
     ├── WorkersLostError            every worker of a Ray run died more often than it may be restarted
     └── TraceFormatError            a trace is missing, unreadable, or not an ors_lab trace of this version
@@ -65,11 +74,17 @@ __all__ = [
     "ConnectionFailedError",
     "DeadlineExceededError",
     "EnvironmentStartingError",
+    "EventNotRecordedError",
+    "IncompleteStreamError",
     "InvalidURLError",
+    "MalformedChunkError",
     "MalformedResponseError",
     "MalformedStreamError",
     "ORSError",
     "OutcomeUnknownError",
+    "ProviderError",
+    "ProviderReportedError",
+    "ProviderStreamError",
     "ReplayMismatchError",
     "ResumeFailedError",
     "ServerError",
@@ -334,6 +349,47 @@ class CallDeadlineExceededError(DeadlineExceededError, OutcomeUnknownError):
 
 class SessionClosedError(ORSError):
     """The session is closed, or was found dead (for example reaped by the server)."""
+
+
+class EventNotRecordedError(ORSError):
+    """The run's trace could not take an event (``kind``: its kind); the episode that published it fails."""
+
+    def __init__(self, message: str, *, kind: str | None = None, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.kind = kind
+
+
+class ProviderError(ORSError):
+    """The agent's LLM provider failed in its answer; published as an ``error`` event from source ``provider``."""
+
+    status_code: int | None = None
+
+
+class ProviderReportedError(ProviderError):
+    """The answer held an error object; ``code`` is its code (or type), ``status_code`` the code when it is
+    an HTTP status (so a 429 in the stream is a rate limit, as a 429 answer is)."""
+
+    def __init__(self, message: str, *, code: Any = None, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.code = code
+        status = code if isinstance(code, int) else int(code) if isinstance(code, str) and code.isdigit() else None
+        self.status_code = status if status is not None and 400 <= status < 600 else None
+
+
+class ProviderStreamError(ProviderError):
+    """The answer broke, or is not an event stream; the message says how far it got."""
+
+
+class IncompleteStreamError(ProviderStreamError):
+    """The answer ended with no finish reason and no ``[DONE]``: it was cut short, and none of its tools run."""
+
+
+class MalformedChunkError(ProviderStreamError):
+    """A chunk of the answer is not a JSON object; ``chunk`` is its start, as sent."""
+
+    def __init__(self, message: str, *, chunk: str = "", **context: Any) -> None:
+        super().__init__(message, **context)
+        self.chunk = chunk
 
 
 class AgentNotShippableError(ORSError, TypeError):

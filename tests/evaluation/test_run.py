@@ -124,12 +124,12 @@ def test_multi_step_rewards_reduce_as_documented(ors_sdk_server: ServerProcess) 
 
 
 def test_step_limit_ends_the_episode_as_length(ors_sdk_server: ServerProcess) -> None:
-    """max_steps=2 stops a three-step episode after two calls, unfinished, finish reason "length"."""
+    """max_steps=2 stops a three-step episode after two calls, unfinished, finish reason "max-steps"."""
     with Client(ors_sdk_server.url) as client:
         result = evaluate(client.environment("lab"), stepping_policy, split="train", tasks=1, max_steps=2,
                           progress=False)  # fmt: skip
     row = result.episodes.iloc[0]
-    assert (row["steps"], bool(row["finished"]), row["finish_reason"]) == (2, False, "length")
+    assert (row["steps"], bool(row["finished"]), row["finish_reason"]) == (2, False, "max-steps")
     assert row["error"] is pd_na()
 
 
