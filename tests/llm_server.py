@@ -23,7 +23,9 @@ What it says is scripted and deterministic:
 ``mode`` changes that (``modes`` per question, over the default ``mode``): ``"text"`` answers in
 text only (no tool call, ``stop``); ``"malformed"`` sends tool-call arguments that are not JSON;
 ``"error"`` answers with ``error_status`` and an OpenAI error body (``retry-after-ms: 10`` on 429);
-``"cut"`` drops the connection in the middle of the reasoning.
+``"cut"`` drops the connection in the middle of the reasoning; ``"parts"`` streams the reasoning and
+the text as lists of content parts, as Mistral does (``[{"type": "thinking", "thinking": [{"type":
+"text", "text": ...}]}]`` and ``[{"type": "text", "text": ...}]``), then calls ``submit`` as ``"tool"`` does.
 
 Each request is checked as a real provider would: ``Authorization: Bearer <api_key>`` (401
 otherwise), the ``model`` (404), ``stream: true`` (400: this server only streams) and ``tools``
@@ -65,7 +67,7 @@ __all__ = [
 MODEL = "test-model"
 API_KEY = "sk-test-0123456789abcdefSECRET"
 CREATED = 1_767_225_600  # a fixed `created` time: the stream is the same on every run
-MODES = ("tool", "text", "malformed", "error", "cut")
+MODES = ("tool", "text", "malformed", "error", "cut", "parts")
 AFTER_TOOL = ["Submitted", ".", " Done", "."]
 NO_ANSWER = ["I do not know", " this one", "."]
 
@@ -193,7 +195,7 @@ class LLMServer:
         with self._lock:
             self.streamed.append(streamed)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage")) or self.usage
-        chunks = self._sse(streamed, _seed(messages), include_usage, cut=mode == "cut")
+        chunks = self._sse(streamed, _seed(messages), include_usage, cut=mode == "cut", parts=mode == "parts")
         return StreamingResponse(chunks, media_type="text/event-stream")
 
     def _question(self, messages: list[dict[str, Any]]) -> str | None:
@@ -224,8 +226,11 @@ class LLMServer:
             finish_reason="tool_calls",
         )
 
-    async def _sse(self, streamed: Streamed, seed: str, include_usage: bool, *, cut: bool) -> AsyncIterator[bytes]:
-        """The answer as OpenAI streams it (``cut``: only the first half of the reasoning, then hang up)."""
+    async def _sse(
+        self, streamed: Streamed, seed: str, include_usage: bool, *, cut: bool, parts: bool = False
+    ) -> AsyncIterator[bytes]:
+        """The answer as OpenAI streams it (``cut``: only the first half of the reasoning, then hang up;
+        ``parts``: reasoning and text as Mistral's content parts)."""
         base = {"id": f"chatcmpl-{seed}", "object": "chat.completion.chunk", "created": CREATED, "model": self.model,
                 "system_fingerprint": "fp_ors_lab_test"}  # fmt: skip
 
@@ -240,10 +245,11 @@ class LLMServer:
         for index, delta in enumerate(streamed.reasoning):
             if cut and index == len(streamed.reasoning) // 2:
                 raise Cut("the scripted model hangs up in the middle of its reasoning")
-            yield chunk({"reasoning_content": delta})
+            thinking = [{"type": "thinking", "thinking": [{"type": "text", "text": delta}]}]
+            yield chunk({"content": thinking} if parts else {"reasoning_content": delta})
             await asyncio.sleep(0)
         for delta in streamed.text:
-            yield chunk({"content": delta})
+            yield chunk({"content": [{"type": "text", "text": delta}] if parts else delta})
             await asyncio.sleep(0)
         if streamed.tool_call_id is not None:
             head = {"index": 0, "id": streamed.tool_call_id, "type": "function",

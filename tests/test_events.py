@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import ors_lab as ol
 from ors_lab import events as ev
 from ors_lab.events import EVENT_TYPES, EventStream, PingEvent, TextDeltaEvent
 
@@ -168,6 +169,47 @@ def test_a_raising_subscriber_is_detached_and_breaks_nothing(caplog: pytest.LogC
     assert len(before) == len(after) == 2
     assert isinstance(bad.error, RuntimeError) and bad.closed
     assert [r.message for r in caplog.records] == [f"ors_lab: event subscriber {broken!r} raised and was detached"]
+
+
+def test_a_required_subscribers_failure_is_the_publishers() -> None:
+    """A required subscriber that raises stays attached; the others still get the event; publish raises, naming it."""
+    stream = EventStream()
+    seen: list[Any] = []
+
+    def picky(event: Any) -> None:
+        if event.kind == "text-delta":
+            raise ValueError("no room for it")
+        seen.append(event.kind)
+
+    required = stream.subscribe(picky, required=True)
+    after: list[Any] = []
+    stream.subscribe(after.append)
+    with pytest.raises(ol.EventNotRecordedError, match="the text-delta event .* could not be taken by") as caught:
+        stream.publish(TextDeltaEvent(session_id="s1", id="t", delta="x"))
+    assert (caught.value.kind, caught.value.session_id) == ("text-delta", "s1")
+    assert isinstance(caught.value.__cause__, ValueError) and "no room for it" in str(caught.value)
+    stream.publish(ping(1))
+    assert seen == ["ping"] and [e.kind for e in after] == ["text-delta", "ping"]
+    assert not required.closed and required.error is None
+    with pytest.raises(ValueError, match="inline"):
+        stream.subscribe(picky, required=True, buffer=10)
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: TextDeltaEvent(id="t", delta=[{"type": "thinking", "thinking": []}]), "TextDeltaEvent.delta"),
+        (lambda: ev.ReasoningDeltaEvent(id=1, delta="x"), "ReasoningDeltaEvent.id"),
+        (lambda: ev.ToolInputDeltaEvent(tool_call_id="c", input_text_delta={"a": 1}), "input_text_delta"),
+        (lambda: ev.ToolInputStartEvent(tool_call_id="c", tool_name=None), "tool_name"),
+        (lambda: ev.ErrorEvent(error_type="provider_error", message=None, source="provider"), "message"),
+        (lambda: ev.FinishEvent(finish_reason=3), "finish_reason"),
+    ],
+)
+def test_agent_events_check_their_text_when_made(make: Any, field: str) -> None:
+    """An agent event given a non-text value where text belongs fails where it is made, not in a subscriber."""
+    with pytest.raises(TypeError, match=f"{field} must be a str"):
+        make()
 
 
 def test_a_slow_buffered_subscriber_never_slows_the_publisher() -> None:

@@ -613,3 +613,23 @@ def test_another_model_name_is_reported_as_a_replay_mismatch(capsys: pytest.Capt
     assert line.endswith("mean reward 0.000  errors 10")
     assert rest[0].startswith("  errors: ReplayMismatchError ×10; the last, of task/rollout ")
     assert rest[1].startswith("    ReplayMismatchError: no recorded agent request matches") and f"    {differs}" in rest
+
+
+def test_content_parts_run_the_same_recorded_or_not(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """Mistral's list content is read as parts, and a recorded run returns what an unrecorded one does."""
+    with LLMServer(ANSWERS, mode="parts") as llm:
+        plain_events: list[AgentEvent] = []
+        plain = evaluate(ors_sdk_server.url, agent(llm.url), subscribe=plain_events.append)
+        path = tmp_path / "parts.parquet"
+        recorded_events: list[AgentEvent] = []
+        recorded = evaluate(ors_sdk_server.url, agent(llm.url), record=path, subscribe=recorded_events.append)
+        streamed = stream_for(llm, FIRST)
+    assert len(records(plain)) == len(records(recorded)) == len(TRAIN)
+    assert [comparable(r) for r in records(recorded)] == [comparable(r) for r in records(plain)]
+    assert plain.errors.empty and recorded.errors.empty and recorded.episodes["reward"].sum() >= 2
+    first = records(recorded)[0].session_id
+    said = agent_said(recorded_events, first)
+    assert "".join(deltas(said, "reasoning-delta")) == "".join(streamed.reasoning)
+    assert "".join(deltas(said, "text-delta")) == "".join(streamed.text)
+    trace = ol.load_trace(path)
+    assert len(trace.episodes) == len(TRAIN) and agent_events(trace, first)[1:-1] == said

@@ -107,6 +107,37 @@ def pd_na() -> object:
     return pd.NA
 
 
+class _Unwritable(ol.events.TextDeltaEvent):
+    """An agent's own event type that no trace can hold."""
+
+    def to_json(self) -> str:
+        raise ValueError("this event cannot be written")
+
+
+class _SaysUnwritable:
+    """Publishes one event the trace cannot take, then answers its task."""
+
+    async def run(self, episode: Any) -> None:
+        episode.publish(_Unwritable(id="odd", delta="?"))
+        await episode.call("submit", {"answer": "4"})
+
+
+def test_an_event_the_trace_cannot_take_fails_its_episode_not_the_trace(
+    ors_sdk_server: ServerProcess, tmp_path: Path
+) -> None:
+    """The recorder is never detached: each episode whose event it cannot write fails by name; every episode
+    is in the result and the trace, which stays valid."""
+    path = tmp_path / "run.parquet"
+    with Client(ors_sdk_server.url) as client:
+        result = evaluate(client.environment("lab"), _SaysUnwritable(), split="train", progress=False, record=path)
+    tasks = len(LAB_TASKS["train"])
+    assert len(result.episodes) == tasks and set(result.errors["error_type"]) == {"EventNotRecordedError"}
+    assert all("the text-delta event (_Unwritable)" in error for error in result.errors["error"])
+    trace = load_trace(path)
+    assert sorted(trace.episodes["error_type"]) == ["EventNotRecordedError"] * tasks
+    assert len(trace.sessions) == tasks and not _unclosed(path)
+
+
 def test_multi_step_rewards_reduce_as_documented(ors_sdk_server: ServerProcess) -> None:
     """Three steps of 0.1, 0.2, 0.3: sum 0.6 by default, 0.3 with reward="final", success by threshold."""
     with Client(ors_sdk_server.url) as client:
