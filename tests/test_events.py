@@ -184,7 +184,7 @@ def test_a_required_subscribers_failure_is_the_publishers() -> None:
     required = stream.subscribe(picky, required=True)
     after: list[Any] = []
     stream.subscribe(after.append)
-    with pytest.raises(ol.EventNotRecordedError, match="the text-delta event .* could not be taken by") as caught:
+    with pytest.raises(ol.EventNotRecordedError, match=r"the text-delta event .* could not be taken by") as caught:
         stream.publish(TextDeltaEvent(session_id="s1", id="t", delta="x"))
     assert (caught.value.kind, caught.value.session_id) == ("text-delta", "s1")
     assert isinstance(caught.value.__cause__, ValueError) and "no room for it" in str(caught.value)
