@@ -222,7 +222,7 @@ class ChatAnswer:
             self._whole(whole, pieces)
         if not self.complete:
             raise IncompleteStreamError(
-                f"the answer ended with no finish_reason and no [DONE]: it was cut short; {self.where()}"
+                f"incomplete stream: the answer ended with no finish_reason and no [DONE]; {self.where()}"
             )
         return pieces
 
@@ -236,7 +236,8 @@ class ChatAnswer:
             value = None
         if not isinstance(value, dict):
             raise MalformedChunkError(
-                f"chunk {self.chunks} of the answer is not a JSON object: {data[:_SHOWN]!r}", chunk=data[:_SHOWN]
+                f"malformed chunk {self.chunks} of the answer (not a JSON object): {data[:_SHOWN]}",
+                chunk=data[:_SHOWN],
             )
         _raise_error_object(value)
         if isinstance(value.get("model"), str):

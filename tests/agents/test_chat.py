@@ -160,7 +160,7 @@ def test_arguments_that_are_not_one_json_object_are_refused(arguments: str, why:
 )  # fmt: skip
 def test_a_stream_cut_short_is_an_incomplete_stream(data: bytes) -> None:
     """No finish reason and no [DONE]: ``IncompleteStreamError`` saying how far it got and the call left open."""
-    with pytest.raises(IncompleteStreamError, match="no finish_reason and no \\[DONE\\]") as caught:
+    with pytest.raises(IncompleteStreamError, match="incomplete stream: the answer ended with no finish_reason and no \\[DONE\\]") as caught:
         read(data, step=4)
     if b"arguments" in data:
         assert "tool call c (f) was open" in str(caught.value)
@@ -206,7 +206,7 @@ def test_a_malformed_chunk_is_the_providers_and_names_the_chunk(data: str) -> No
     pieces = answer.feed(sse(delta(content="ok"), data))
     assert pieces == [TextPiece("text", "ok")]
     assert isinstance(answer.error, MalformedChunkError) and isinstance(answer.error, ProviderStreamError)
-    assert "chunk 2 of the answer is not a JSON object" in str(answer.error) and answer.error.chunk == data
+    assert "malformed chunk 2 of the answer (not a JSON object)" in str(answer.error) and answer.error.chunk == data
 
 
 def test_a_whole_json_completion_is_one_turn() -> None:

@@ -86,8 +86,10 @@ def first_turn(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return events[start : end + 1]
 
 
-def joined(events: list[dict[str, Any]], kind: str) -> str:
-    return "".join(e["delta"] for e in events if e["type"] == kind)
+def joined(events: list[dict[str, Any]], kind: str, *, refusal: bool = False) -> str:
+    """The deltas of ``kind`` joined; of text, the answer's (``refusal=False``) or the refusal's part (id refusal-N)."""
+    return "".join(e["delta"] for e in events
+                   if e["type"] == kind and e["id"].startswith("refusal-") is refusal)  # fmt: skip
 
 
 def tool_calls(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -121,7 +123,11 @@ def test_the_first_turn_says_what_the_bytes_say(run: Run) -> None:
     """The first turn's reasoning, text and tool-call events and its usage are what the contract reads in the bytes."""
     reading, turn = run.reading, first_turn(run.said())
     assert joined(turn, "reasoning-delta") == reading.reasoning
-    assert joined(turn, "text-delta") == reading.text  # a refusal is kept apart from the text
+    assert joined(turn, "text-delta") == reading.text  # a refusal is kept apart from the text ...
+    assert joined(turn, "text-delta", refusal=True) == reading.refusal  # ... in a text part of its own
+    others = reading.other_choices
+    summary = turn[-1].get("summary", "")
+    assert (f"{others} other choice" in summary) is (others > 0), summary  # n > 1: the turn says what it ignored
     if reading.error is None:
         said = tool_calls(turn)
         assert said == expected_calls(reading, said)
