@@ -26,6 +26,7 @@ from ors_lab.agents.episode import Episode
 from ors_lab.cli import main as cli_main
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.events import Event, SSEEvent
+from ors_lab.notebook.run import RunState
 from ors_lab.replay.check import check_trace
 from tests.envs import wild_common as w
 
@@ -354,3 +355,32 @@ def test_scripted_runs_record_replay_check_and_report(
     report = trace.to_html(tmp_path / "report.html")
     assert (report.episodes, report.detailed) == (len(live), len(live))
     assert report.size == report.path.stat().st_size > 0 and f"eval {case.env}/{case.split}" in report.path.read_text()
+
+
+def test_a_port_run_at_the_default_threshold_says_why_success_is_0(
+    wild_ors_sdk_server: ServerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """port pays 0.15 a shift; against the default success_threshold=1.0 success and pass@k are 0, and the
+    result's summary, the trace's, the dashboard's state, the printed progress and the report say why,
+    naming success_threshold=."""
+    ol.live_views("text")  # the progress line, printed (the autouse fixture sets the mode back)
+    state = RunState("port", "test", [(task, rollout) for task in range(3) for rollout in range(2)])
+    path = tmp_path / "port.parquet"
+    with ol.Client(wild_ors_sdk_server.url) as client:
+        result = ol.evaluate(client.environment("port"), PortAgent(), split="test", rollouts=2, record=path,
+                             subscribe=state.apply)  # fmt: skip
+    state.end()
+    row = result.summary().iloc[0]
+    assert (row["success_rate"], row["pass@1"], row["pass@2"]) == (0.0, 0.0, 0.0)
+    assert row["mean_reward"] == pytest.approx(w.PORT_FULL_REWARD, abs=1e-12)
+    note = row["note"]
+    assert "no episode reached success_threshold=1.0, though 6 of 6 earned a positive reward (the highest 0.15)" in note
+    assert ["note", note] in [line.split(maxsplit=1) for line in repr(result.summary()).splitlines()]
+    assert note in result._repr_html_() and note in result.table_text()
+    trace = ol.load_trace(path)
+    by_default = trace.summary().iloc[0]["note"]
+    assert "no episode reached the success threshold (success_threshold=, 1.0 by default), though 6 of 6" in by_default
+    assert state.snapshot()["note"] == by_default and state.text().splitlines()[1] == f"  {by_default}"
+    assert f"  {by_default}\n" in capsys.readouterr().err  # the run's own progress, once it ended
+    report = trace.to_html(tmp_path / "port.html")
+    assert report.path.read_text().count(by_default) >= 1
