@@ -13,7 +13,8 @@ three environments have them, each in the way such environments are written:
   second `submit` gets is the SDK's own rule (openreward refuses it, ors-sdk grades it again).
 - `port` (a container port's shift): ten tools; three read the state (`reward: null`, empty input
   models, one of them a ~11 KB manifest that comes in three SSE events), seven act and earn small
-  rewards, which sum to `PORT_FULL_REWARD` (0.15) over a well-played episode.
+  rewards (`end_shift`, which ends the episode, takes an empty model too), which sum to
+  `PORT_FULL_REWARD` (0.15) over a well-played episode.
 
 `tests/envs/wild_ors_sdk.py` (ors-sdk) and `tests/envs/wild_openreward.py` (openreward) serve them
 with the same code; the games, the problems, the port and every text live here, so the two
