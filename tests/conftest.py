@@ -4,6 +4,8 @@ Servers are session-scoped and started lazily, once per test session, on 127.0.0
 
 - `ors_sdk_server`, `openreward_server`: `tests/envs/*_envs.py` on each reference server.
 - `reference_server`: parametrised over both (ids `ors-sdk`, `openreward`).
+- `wild_ors_sdk_server`, `wild_openreward_server`, `wild_server` (both in turn): the environments in the
+  shapes public ones have (`tests/envs/wild_*.py`) on each reference server.
 - `demo_server`: the bundled demo environments (`ors_lab.demo.env`) on ors-sdk.
 - `counting_server`: `lab` on ors-sdk, writing the sessions it holds to a file (`tests/envs/counting_envs.py`).
 - `cutting_proxy`: a factory, `cutting_proxy(upstream_url, **options) -> CuttingProxy`.
@@ -32,6 +34,10 @@ SPECS = {
     "ors-sdk": "tests.envs.ors_sdk_envs:ENVIRONMENTS",
     "openreward": "tests.envs.openreward_envs:ENVIRONMENTS",
 }
+WILD_SPECS = {
+    "ors-sdk": "tests.envs.wild_ors_sdk:ENVIRONMENTS",
+    "openreward": "tests.envs.wild_openreward:ENVIRONMENTS",
+}
 # The children import `tests.envs.*` from the repo root whatever directory pytest runs in.
 _CHILD_ENV = {"PYTHONPATH": str(REPO_ROOT)}
 
@@ -55,6 +61,27 @@ def reference_server(request: pytest.FixtureRequest) -> ServerProcess:
     """Each reference server in turn (the same two processes as the single fixtures)."""
     name = "ors_sdk_server" if request.param == "ors-sdk" else "openreward_server"
     server: ServerProcess = request.getfixturevalue(name)
+    return server
+
+
+@pytest.fixture(scope="session")
+def wild_ors_sdk_server() -> Iterator[ServerProcess]:
+    """The wild-shaped environments (game2048, gsm8k, port) on the ors-sdk reference server."""
+    with serve(WILD_SPECS["ors-sdk"], sdk="ors-sdk", env=_CHILD_ENV) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def wild_openreward_server() -> Iterator[ServerProcess]:
+    """The wild-shaped environments (game2048, gsm8k, port) on the openreward reference server."""
+    with serve(WILD_SPECS["openreward"], sdk="openreward", env=_CHILD_ENV) as server:
+        yield server
+
+
+@pytest.fixture(scope="session", params=["ors-sdk", "openreward"], ids=["ors-sdk", "openreward"])
+def wild_server(request: pytest.FixtureRequest) -> ServerProcess:
+    """Each reference server with the wild-shaped environments in turn (its `sdk` says which)."""
+    server: ServerProcess = request.getfixturevalue(f"wild_{request.param.replace('-', '_')}_server")
     return server
 
 

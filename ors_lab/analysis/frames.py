@@ -22,7 +22,8 @@ are, strings stay Arrow strings.
   for a session no evaluation ran, its steps reduced as ``ors_lab.analysis.reduce`` decides;
 - ``tasks``: one row per task, its episodes aggregated (mean reward, stderr, pass@k, ...);
 - ``errors``: the episodes that failed; ``summary``: the run in one row (a ``Summary``: a one-row
-  frame that shows itself as a short vertical table);
+  frame that shows itself as a short vertical table, each line a column's name and value, so what
+  it shows is what indexes it);
 - ``transcripts``: one row per turn of the agent, its streamed deltas joined into reasoning, text
   and tool calls (``ors_lab.notebook.turns`` joins them, for the trace viewer too);
 - ``listing``: what the trace viewer lists, one row per episode, built without the per-call frames
@@ -47,6 +48,7 @@ from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k,
 from ors_lab.notebook.turns import STREAM_KINDS, join_stream, output_text
 from ors_lab.recording.parts import select_rows
 from ors_lab.recording.schema import EPISODE_COLUMNS, SCHEMA, kind_mask
+from ors_lab.stats import success_note
 
 __all__ = [
     "CALLS_COLUMNS",
@@ -73,6 +75,7 @@ __all__ = [
     "steps_frame",
     "summary_frame",
     "tasks_frame",
+    "threshold_note",
     "transcripts_frame",
 ]
 
@@ -192,6 +195,7 @@ SUMMARY_COLUMNS: dict[str, pa.DataType] = {
     "mean_steps": _F64,
     "errors": _I64,
     "error_types": _STR,
+    "note": _STR,
     **dict.fromkeys(TOKENS, _I64),
 }
 """Then one ``pass@k`` column (double) per k of ``pass_columns``: the mean over the tasks."""
@@ -848,10 +852,12 @@ class Summary(pd.DataFrame):
     """A run's summary: a one-row DataFrame (columns and dtypes declared in ``SUMMARY_COLUMNS``) that
     shows itself as a short vertical table, one line per figure, so that nothing is clipped.
 
-    It is a DataFrame in every other way: ``summary()["mean_reward"]``, ``summary().iloc[0]``;
-    ``vertical()`` is the table it shows (a plain frame, one ``value`` column indexed by the
-    figure's name: numbers to 4 significant digits, tokens no agent reported left out). Whatever
-    is derived from it (a selection, a copy) is a plain DataFrame.
+    It is a DataFrame in every other way: ``summary()["mean_reward"]``, ``summary().iloc[0]``.
+    What it shows is what indexes it: each line is a column's name and its value (numbers to 4
+    significant digits; tokens no agent reported, and the error types and note when there are none,
+    left out), with no header of its own, so every name shown is a ``summary()[name]``.
+    ``vertical()`` is that table as a plain frame of its own (one ``value`` column indexed by the
+    names). Whatever is derived from it (a selection, a copy) is a plain DataFrame.
     """
 
     @property
@@ -859,23 +865,21 @@ class Summary(pd.DataFrame):
         return pd.DataFrame
 
     def vertical(self) -> pd.DataFrame:
-        """The figures, one row each: a ``value`` column of text, indexed by the figure's name."""
+        """The figures, one row each: a ``value`` column of text, indexed by the figure's name (the column's)."""
         if len(self) != 1:
             return pd.DataFrame(self).T
         shown: dict[str, str] = {}
         for name, value in pd.DataFrame(self).iloc[0].items():
-            if name in (*TOKENS, "error_types") and _missing(value):
-                continue  # tokens no agent reported; the types of errors there were not
+            if name in (*TOKENS, "error_types", "note") and _missing(value):
+                continue  # tokens no agent reported; the types of errors there were not; nothing to note
             shown[str(name)] = _shown(value)
         return pd.DataFrame({"value": shown})
 
     def __repr__(self) -> str:
-        return repr(self.vertical())
+        return self.vertical().to_string(header=len(self) != 1)
 
     def _repr_html_(self) -> str | None:
-        shown: Any = self.vertical()
-        html: str | None = shown._repr_html_()
-        return html
+        return self.vertical().to_html(header=len(self) != 1, notebook=True)
 
 
 def _shown(value: Any) -> str:
@@ -896,8 +900,22 @@ def error_types(episodes: pd.DataFrame) -> str | None:
     return ", ".join(f"{kind} ×{count}" for kind, count in counts.most_common())
 
 
-def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Summary:
-    """The run in one row: episodes, tasks, mean reward and its stderr, success rate, pass@k (mean over tasks)."""
+def threshold_note(episodes: pd.DataFrame, success_threshold: float | None = None) -> str | None:
+    """Why success and pass@k are 0 though rewards are positive, naming ``success_threshold=``
+    (``ors_lab.stats.success_note``: the given threshold, else its default); None when not so."""
+    if episodes.empty:
+        return None
+    clean = episodes[episodes["error"].isna()]
+    rewards = [float(value) for value in clean["reward"] if not _missing(value)]
+    successes = int(episodes["success"].fillna(False).astype(bool).sum())
+    return success_note(len(episodes), successes, rewards, success_threshold)
+
+
+def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None, *,
+                  success_threshold: float | None = None) -> Summary:  # fmt: skip
+    """The run in one row: episodes, tasks, mean reward and its stderr, success rate, pass@k (mean over tasks),
+    and a ``note`` when no episode succeeded though rewards are positive (``threshold_note``: the
+    evaluation's ``success_threshold`` when given)."""
     ks = default_ks(episodes) if ks is None else ks
     tasks = tasks_frame(episodes, ks)
     row: dict[str, Any] = {
@@ -907,6 +925,7 @@ def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Su
         **_overall(episodes),
     }
     row["error_types"] = error_types(episodes)
+    row["note"] = threshold_note(episodes, success_threshold)
     for k in ks:
         known = tasks[f"pass@{k}"].dropna()
         row[f"pass@{k}"] = mean([float(v) for v in known]) if len(known) else None

@@ -398,10 +398,12 @@ def run_summary(
     resumed: int = 0,
     ids: Sequence[tuple[str, Any]] = (),
     tasks: int = TABLE_TASKS,
+    success_threshold: float | None = None,
 ) -> RunSummary:
     """A run's figures as its summary card shows them (``run_summary_html``), from its ``episodes``
-    frame: the figures of ``summary_frame``, the first ``tasks`` rows of ``tasks_frame``, the last
-    errors, the grid of the first episodes. ``EvalResult`` shows itself with it, and a report."""
+    frame: the figures of ``summary_frame`` (its note naming ``success_threshold`` when given), the
+    first ``tasks`` rows of ``tasks_frame``, the last errors, the grid of the first episodes.
+    ``EvalResult`` shows itself with it, and a report."""
 
     def value(x: Any) -> Any:
         return None if x is None or x is pd.NA or (isinstance(x, float) and x != x) else x
@@ -410,7 +412,7 @@ def run_summary(
     if not len(episodes):
         return RunSummary(environment, split, agent, 0, None, 0, rollouts, None, None, ks, [None] * len(ks), None, 0,
                           elapsed_s=elapsed_s, resumed=resumed, ids=list(ids))  # fmt: skip
-    row: Any = summary_frame(episodes, ks).iloc[0]
+    row: Any = summary_frame(episodes, ks, success_threshold=success_threshold).iloc[0]
     tokens = {name.removesuffix("_tokens"): value(row[name]) for name in TOKENS}
     task_rows = [
         TaskRow(
@@ -456,6 +458,7 @@ def run_summary(
         task_rows=task_rows,
         grid=list(grid.items()),
         ids=list(ids),
+        note=value(row["note"]),
     )
 
 

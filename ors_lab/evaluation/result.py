@@ -107,10 +107,11 @@ class EvalResult:
         return pd.Series(values, name=f"pass@{k}", dtype="float64")
 
     def summary(self) -> pd.DataFrame:
-        """The run in one row: episodes, tasks, mean reward and its stderr, success rate, pass@k, errors, time."""
+        """The run in one row: episodes, tasks, mean reward and its stderr, success rate, pass@k, errors, time;
+        a ``note`` naming ``success_threshold`` when no episode reached it though rewards are positive."""
         import pandas as pd
 
-        frame = summary_frame(self.episodes, self._ks())
+        frame = summary_frame(self.episodes, self._ks(), success_threshold=self.success_threshold)
         frame["elapsed_s"] = pd.Series([self.elapsed_s], dtype=pd.ArrowDtype(pa.float64()))
         return frame
 
@@ -123,8 +124,8 @@ class EvalResult:
 
         lines = []
         for name, value in self.summary().iloc[0].items():
-            if name in ("environments", "splits") or (name in (*TOKENS, "error_types") and pd.isna(value)):
-                continue  # the run's own names; tokens no agent reported; the types of errors there were not
+            if name in ("environments", "splits") or (name in (*TOKENS, "error_types", "note") and pd.isna(value)):
+                continue  # the run's own names; tokens no agent reported; the types of errors there were not; no note
             if pd.isna(value):
                 shown = "-"
             elif isinstance(value, float):
@@ -146,7 +147,8 @@ class EvalResult:
 
         return run_summary(self.episodes, self._ks(), environment=self.environment, split=self.split,
                            rollouts=self.rollouts, agent=self.agent, elapsed_s=self.elapsed_s, resumed=self.resumed,
-                           ids=[("trace", self.trace)] if self.trace else [])  # fmt: skip
+                           ids=[("trace", self.trace)] if self.trace else [],
+                           success_threshold=self.success_threshold)  # fmt: skip
 
     def __repr__(self) -> str:
         import pandas as pd

@@ -10,6 +10,8 @@ split, agent, the (task, rollout) pairs, the outcomes resumed from a trace) and 
   ``ors_lab.stats``, the same code as ``EvalResult``'s frames, so the last figures are equal);
 - tokens used and tokens per second, where the agent reports usage;
 - the error count and the last ``MAX_ERRORS`` errors;
+- a note when no episode succeeded though rewards are positive (``ors_lab.stats.success_note``:
+  dense small rewards against the default ``success_threshold``), naming the argument;
 - a tasks x rollouts grid coloured by reward (``ors_lab.html.colour`` / ``ORS.colour``);
 - a reward histogram and the running mean over time, as numbers: the front end draws them as
   inline SVG with DOM calls (``static/run.js``), no charting library, so nothing is fetched and a
@@ -23,8 +25,9 @@ split, agent, the (task, rollout) pairs, the outcomes resumed from a trace) and 
   once the cell has ended.
 
 ``text()`` is the progress line ``ors-lab eval`` and a terminal show
-(``eval lab/train: 6/6 episodes  12.0/s  mean reward 0.500  errors 0``); ``html()`` the static
-summary a saved notebook keeps (``run_summary_html``, which ``EvalResult`` draws itself with too).
+(``eval lab/train: 6/6 episodes  12.0/s  mean reward 0.500  errors 0``; once the run has ended, the
+note and the errors follow it on lines of their own); ``html()`` the static summary a saved
+notebook keeps (``run_summary_html``, which ``EvalResult`` draws itself with too).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from ors_lab.events import (
 )
 from ors_lab.html import Markup, card, colour, escape, fmt, styled, table
 from ors_lab.notebook.state import ViewState
-from ors_lab.stats import mean, pass_at_k, stderr
+from ors_lab.stats import mean, pass_at_k, stderr, success_note
 
 __all__ = [
     "GRID_CELLS",
@@ -249,6 +252,8 @@ class RunSummary:
     grid: list[tuple[Any, list[tuple[float | None, bool]]]] = field(default_factory=list)
     """(task, [(reward or None, failed) per rollout]) for the first tasks."""
     ids: list[tuple[str, str]] = field(default_factory=list)
+    note: str | None = None
+    """Why success and pass@k are 0 though rewards are positive (``ors_lab.stats.success_note``), or None."""
 
 
 def _pm(value: float | None, err: float | None) -> str:
@@ -302,6 +307,8 @@ def run_summary_html(summary: RunSummary) -> Markup:
     rows: list[tuple[str, Any]] = [("mean reward", _pm(s.mean, s.stderr))]
     rows += [(f"pass@{k}", _f3(value)) for k, value in zip(s.ks, s.passes, strict=True)]
     rows.append(("success rate", _f3(s.success_rate)))
+    if s.note is not None:
+        rows.append(("note", s.note))
     rows.append(("errors", s.errors))
     total = f" of {s.total}" if s.total is not None and s.total != s.episodes else ""
     resumed = f", {s.resumed} resumed" if s.resumed else ""
@@ -340,6 +347,7 @@ class RunState(ViewState):
     ``keys`` are the run's (task index, rollout) pairs in order; ``resumed`` the outcomes of those
     a trace already holds, as its ``episode`` rows record them (``EpisodeEvent.record()``: at least
     ``task_index``, ``rollout``, ``reward``, ``success``, ``error`` and the token counts).
+    ``success_threshold`` is the run's, when known: the note names it (else the argument's default).
     """
 
     name: ClassVar[str] = "run"
@@ -357,8 +365,10 @@ class RunState(ViewState):
         resumed: Iterable[Mapping[str, Any]] = (),
         label: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        success_threshold: float | None = None,
     ) -> None:
         self.id = uuid.uuid4().hex  # the front end keeps what its views of this run hold under it
+        self.success_threshold = success_threshold
         self.environment = environment
         self.split = split
         self.agent = agent
@@ -403,6 +413,8 @@ class RunState(ViewState):
         self._version = 0
         self._exact_at = -1
         self._exact: dict[str, Any] = {}
+        self._note_at = -1
+        self._note: str | None = None
         self._handlers: dict[str, Callable[[Any], bool]] = {
             "start": self._start,
             "block-start": self._block,
@@ -714,6 +726,17 @@ class RunState(ViewState):
             self._exact_at = self._version
         return self._exact
 
+    def note(self) -> str | None:
+        """Why success and pass@k are 0 though rewards are positive, naming ``success_threshold=``; None when
+        an episode succeeded or none earned a reward (made once per change of the outcomes)."""
+        if self._note_at != self._version:
+            self._note = None
+            if not self._successes and self._rewarded:
+                rewards = [o.reward for o in self._outcomes if o is not None and o.error is None]
+                self._note = success_note(self.episodes, self._successes, rewards, self.success_threshold)
+            self._note_at = self._version
+        return self._note
+
     def tokens(self) -> dict[str, int | None] | None:
         """Tokens of the finished episodes (input, output, reasoning, cached; None when never reported)."""
         if all(value is None for value in self._tokens):
@@ -755,6 +778,7 @@ class RunState(ViewState):
             "stderr": figures["stderr"],
             "success_rate": figures["success_rate"],
             "pass": [[k, value] for k, value in zip(self.ks, figures["pass"], strict=True)],
+            "note": self.note(),
             "errors": self.errors,
             "last_errors": [list(error) for error in self.last_errors],
             "tokens": tokens,
@@ -828,6 +852,9 @@ class RunState(ViewState):
         tokens = self.tokens()
         if tokens is not None:
             line += f"  tokens {(tokens['input'] or 0) + (tokens['output'] or 0)}"
+        note = self.note() if self.status != "running" else None
+        if note is not None:
+            line += f"\n  {note}"
         if self.status != "running" and self.errors and self.last_errors:
             line += "\n" + self._errors_text()
         return line
@@ -880,6 +907,7 @@ class RunState(ViewState):
             status=self.status,
             task_rows=task_rows,
             grid=grid,
+            note=self.note(),
         )
 
     def html(self) -> str:

@@ -31,6 +31,7 @@ from ors_lab.analysis.frames import (
     default_ks,
     error_types,
     pass_columns,
+    threshold_note,
 )
 from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k, reduce_reward, stderr
 from ors_lab.notebook.turns import STREAM_KINDS, join_stream, output_text
@@ -398,6 +399,7 @@ def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Su
         **_aggregate(_records(episodes)),
     }
     row["error_types"] = error_types(episodes)
+    row["note"] = threshold_note(episodes)
     for k in ks:
         known = tasks[f"pass@{k}"].dropna()
         row[f"pass@{k}"] = mean([float(v) for v in known]) if len(known) else None

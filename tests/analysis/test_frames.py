@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -98,6 +99,49 @@ def test_summary_is_the_run_in_one_row(tmp_path: Path) -> None:
     assert row["mean_reward"] == pytest.approx(2.25 / 6)
     assert row["pass@3"] == pytest.approx(0.5) and row["pass@1"] == pytest.approx((2 / 3 + 0) / 2)
     assert trace.errors["error"].tolist() == ["boom"]
+
+
+SMALL = [
+    Episode(0, 0, [0.05, None, 0.1]),
+    Episode(0, 1, [0.02]),
+    Episode(1, 0, [0.0]),
+    Episode(1, 1, [0.3], error="boom"),
+]
+"""Dense small rewards (a port's 0.15 a shift): none reaches the default success_threshold of 1.0."""
+
+
+def test_small_rewards_that_never_succeed_say_why_and_name_the_argument(tmp_path: Path) -> None:
+    """No success while rewards are positive: summary()["note"] says so (the episodes without error that earned a
+    positive reward, the highest) and names success_threshold=, and the summary shows it; otherwise no note."""
+    summary = record(tmp_path / "small.parquet", SMALL).summary()
+    row = summary.iloc[0]
+    assert (row["success_rate"], row["pass@1"], row["pass@2"]) == (0.0, 0.0, 0.0)
+    note = row["note"]
+    assert note == (
+        "success and pass@k are 0: no episode reached the success threshold (success_threshold=, 1.0 by default), "
+        "though 2 of 4 earned a positive reward (the highest 0.15); pass evaluate(..., success_threshold=) the reward "
+        "a success earns"
+    )
+    assert any(line.split(maxsplit=1) == ["note", note] for line in repr(summary).splitlines())
+    assert f"<td>{note}</td>" in summary._repr_html_()
+    assert pd.isna(record(tmp_path / "run.parquet", RUN).summary().iloc[0]["note"])  # a success: nothing to say
+    zeros = [Episode(0, 0, [0.0]), Episode(0, 1, [None])]
+    assert pd.isna(record(tmp_path / "zeros.parquet", zeros).summary().iloc[0]["note"])  # no reward to lower it to
+    assert "note" not in repr(record(tmp_path / "zeros2.parquet", zeros).summary())
+
+
+def test_what_the_summary_shows_is_what_indexes_it(tmp_path: Path) -> None:
+    """Every label the summary's table shows, as text and as HTML, indexes summary() to the value shown
+    (no header such as `value` that raises KeyError)."""
+    for trace in (record(tmp_path / "run.parquet", RUN), record(tmp_path / "small.parquet", SMALL)):
+        summary = trace.summary()
+        shown = [line.split(maxsplit=1) for line in repr(summary).splitlines()]
+        for label, *text in shown:
+            value = summary[label].iloc[0]
+            assert text == [f"{value:.4g}" if isinstance(value, float) else str(value)], label
+        headers = re.findall(r"<th>(.*?)</th>", summary._repr_html_())
+        assert headers == [label for label, *_ in shown] and "mean_reward" in headers
+        assert summary.vertical()["value"].tolist() == [text for _, text in shown]
 
 
 def test_an_episode_that_failed_before_its_session_opened_is_an_episode(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from ors_lab.demo.launch import ServerProcess
 from ors_lab.notebook.run import RunState
 from ors_lab.notebook.trace import TraceState
 from ors_lab.notebook.widget import esm
+from tests.analysis.synthetic import Episode, record
 from tests.conftest import REPO_ROOT
 from tests.envs.common import LAB_TASKS
 from tests.llm_server import API_KEY, MODEL, LLMServer
@@ -128,6 +129,20 @@ def test_the_report_holds_what_the_viewer_and_the_dashboard_make(recorded: Recor
     assert run["sessions"] == {f"{e['task_index']}/{e['rollout']}": e["session_id"]
                                for e in episodes.to_dict("records")}  # fmt: skip
     assert run["data"]["grid"]["cells"].count("x") == ROLLOUTS and run["data"]["status"] == "finished"
+
+
+def test_a_report_of_small_rewards_says_why_success_is_0(tmp_path: Path) -> None:
+    """Rewards of 0.15 and no success: the report's summary card, its evaluation's card and its dashboard's data
+    each carry the note that names success_threshold=."""
+    run = [Episode(task, rollout, [0.05, 0.1], environment="port") for task in range(2) for rollout in range(2)]
+    data = report_data(record(tmp_path / "small.parquet", run))
+    note = summary_frame(ol.load_trace(tmp_path / "small.parquet").episodes).iloc[0]["note"]
+    assert "no episode reached the success threshold (success_threshold=, 1.0 by default)" in note
+    (run_data,) = data.head["runs"]
+    assert run_data["data"]["note"] == note
+    ((_, card, _),) = data.runs
+    assert note in data.summary and note in card
+    assert note in report_html(data)
 
 
 def test_the_figures_are_the_eval_results(recorded: Recorded) -> None:

@@ -61,6 +61,28 @@ def test_summary_and_repr(result: EvalResult) -> None:
     assert "input_tokens" not in text  # no agent reported usage
 
 
+SMALL = [Episode(task, rollout, [0.05, None, 0.1]) for task in range(2) for rollout in range(2)]
+"""Four episodes of 0.15 each in small steps (a port's shift): none reaches success_threshold=1.0."""
+
+
+def test_small_rewards_below_the_threshold_name_it_in_the_summary_card_and_text(tmp_path: Path) -> None:
+    """Rewards of 0.15 against the default success_threshold=1.0: success and pass@k are 0, and the summary,
+    ors-lab eval's text and the notebook's card say why, with the threshold the run used; below it, no note."""
+    table = record(tmp_path / "small.parquet", SMALL).table
+    strict = EvalResult(table, environment="port", split="test", rollouts=2, success_threshold=1.0)
+    note = strict.summary().iloc[0]["note"]
+    assert note == (
+        "success and pass@k are 0: no episode reached success_threshold=1.0, though 4 of 4 earned a positive reward "
+        "(the highest 0.15); pass evaluate(..., success_threshold=) the reward a success earns"
+    )
+    assert f"  note             {note}" in strict.table_text().splitlines()
+    assert note in strict._repr_html_()
+    sessions = record(tmp_path / "sessions.parquet", SMALL, evaluated=False).table  # success decided here
+    lenient = EvalResult(sessions, environment="port", split="test", rollouts=2, success_threshold=0.1)
+    assert lenient.summary().iloc[0]["pass@2"] == 1.0 and pd.isna(lenient.summary().iloc[0]["note"])
+    assert "note" not in lenient.table_text() and "success_threshold" not in lenient._repr_html_()
+
+
 def test_an_empty_result(tmp_path: Path) -> None:
     """A run with no episodes has empty frames and says so."""
     empty = EvalResult(record(tmp_path / "empty.parquet", []).table, environment="lab", split="test", rollouts=1)

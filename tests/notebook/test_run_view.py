@@ -188,6 +188,29 @@ def test_synthetic_events_build_the_figures_the_grid_and_the_transcripts() -> No
     assert errors == ["  errors: RuntimeError ×1; the last, of task/rollout 1/2:", "    RuntimeError: the tool crashed"]
 
 
+def test_small_rewards_that_never_succeed_say_why_on_the_dashboard() -> None:
+    """Rewards of 0.15 and no success: the dashboard's state carries a note naming success_threshold= (the one
+    the run used, when given), the ended run's text line and its static summary say it; a success drops it."""
+    state = RunState("port", "test", KEYS)
+    for task, rollout in KEYS[:4]:
+        feed(state, episode(task, rollout, 0.15))
+    note = state.snapshot()["note"]
+    assert note == (
+        "success and pass@k are 0: no episode reached the success threshold (success_threshold=, 1.0 by default), "
+        "though 4 of 4 earned a positive reward (the highest 0.15); pass evaluate(..., success_threshold=) the "
+        "reward a success earns"
+    )
+    assert note not in state.text()  # a running line stays one line
+    state.end()
+    assert state.snapshot()["note"] == note and state.text().splitlines()[1:] == [f"  {note}"]
+    assert note in state.html()
+    given = RunState("port", "test", KEYS, success_threshold=0.5)
+    feed(given, episode(0, 0, 0.15))
+    assert "no episode reached success_threshold=0.5, though 1 of 1 earned" in given.snapshot()["note"]
+    feed(state, episode(1, 1, 1.0))
+    assert state.snapshot()["note"] is None and "success_threshold" not in state.text() + state.html()
+
+
 def test_live_episodes_stream_into_panes_and_the_grid() -> None:
     """A running episode's reasoning, tool input deltas and tokens show as they arrive; its cell is running."""
     state = RunState("lab", "test", KEYS)

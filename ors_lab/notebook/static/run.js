@@ -95,6 +95,8 @@ ORS.views.run = ({ model, el }) => {
   const [tokensBox, tokensValue] = stat("tokens");
   const [errorsBox, errorsValue] = stat("errors");
   tokensBox.style.display = "none";
+  // Why success and pass@k read 0 though rewards are positive (RunState.note), naming success_threshold=.
+  const note = h("div", { class: "ol-run-note ol-dim", style: "display: none; margin: 2px 0 4px" });
   const errorsList = h("div");
   const errorsSummary = h("summary", {}, "last errors");
   const errors = h("details", { class: "ol-run-errors", style: "display: none" }, errorsSummary, errorsList);
@@ -131,6 +133,7 @@ ORS.views.run = ({ model, el }) => {
     h("div", { style: "display: flex; align-items: center; gap: 10px" },
       h("div", { class: "ol-bar", style: "flex: 1 1 auto; min-width: 120px" }, bar), progress),
     h("div", { style: "margin: 4px 0" }, meanBox, passBox, successBox, tokensBox, errorsBox),
+    note,
     errors,
     h("div", { class: "ol-row", style: "margin-top: 4px" },
       h("div", { style: "flex: 0 1 auto; min-width: 200px; max-width: 620px" },
@@ -325,6 +328,8 @@ ORS.views.run = ({ model, el }) => {
     }
     passes.forEach(([, value], i) => runSet(passBox.children[i].lastChild, value === null || value === undefined ? "-" : value.toFixed(3)));
     runSet(successValue, d.success_rate === null || d.success_rate === undefined ? "-" : d.success_rate.toFixed(3));
+    runSet(note, d.note || "");
+    note.style.display = d.note ? "" : "none";
     if (d.tokens) {
       tokensBox.style.display = "";
       const used = (d.tokens.input || 0) + (d.tokens.output || 0);
