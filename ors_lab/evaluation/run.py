@@ -274,7 +274,7 @@ async def _run(
         if feed is not None:
             fed = _begin_feed(feed, events, aenv.name, o.split, list(keys), agent_name, records)
         if o.progress:
-            view = _show_progress(events, aenv.name, o.split, list(keys), agent_name, records)
+            view = _show_progress(events, aenv.name, o.split, list(keys), agent_name, records, o.success_threshold)
 
         async def work() -> None:
             while todo:
@@ -364,6 +364,7 @@ def _show_progress(
     keys: list[tuple[int, int]],
     agent: str,
     records: list[dict[str, Any]],
+    success_threshold: float | None = None,
 ) -> LiveView | None:
     """The run's live view, subscribed and shown (None when live views are off, or if it failed to show)."""
     from ors_lab.notebook import LiveView, resolve
@@ -373,7 +374,7 @@ def _show_progress(
         mode = resolve()
         if mode == "off":
             return None
-        state = RunState(environment, split, keys, agent=agent, resumed=records)
+        state = RunState(environment, split, keys, agent=agent, resumed=records, success_threshold=success_threshold)
         view = LiveView(state, mode=mode)
         view.attach(events)
         return view.show()

@@ -392,6 +392,18 @@ def test_a_fully_resumed_run_shows_the_resumed_figures(
     assert lines[-1].startswith("eval lab/train: 2/2 episodes (2 resumed)") and "mean reward 1.000" in lines[-1]
 
 
+def test_the_progress_line_names_the_runs_own_success_threshold(
+    ors_sdk_server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rewards below a threshold of 2.0: the live progress says no episode reached success_threshold=2.0."""
+    ol.live_views("text")
+    with Client(ors_sdk_server.url) as client:
+        result = evaluate(client.environment("lab"), lab_policy, split="train", tasks=2, success_threshold=2.0)
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert result.episodes["success"].sum() == 0 and result.episodes["reward"].max() == 1.0
+    assert "no episode reached success_threshold=2.0" in last, last
+
+
 KILLED_RUN = textwrap.dedent(
     """
     import sys
