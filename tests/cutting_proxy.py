@@ -31,7 +31,7 @@ import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal
+from typing import Literal, Self
 
 HOST = "127.0.0.1"
 _TASK_ID_EVENT = re.compile(rb"(?m)^event: ?task_id\r?\n(?:data:[^\r\n]*\r?\n)+\r?\n")
@@ -135,7 +135,6 @@ class _CallResponse:
             self.done = True
         return None
 
-
     def _target(self) -> int | None:
         """Where to cut in the decoded body (`into` bytes after the `events`-th block), once known."""
         assert self.events is not None
@@ -170,37 +169,20 @@ class _Connection:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-class CuttingProxy:
-    """A TCP proxy on 127.0.0.1 in front of `upstream_url` that cuts `/call` streams (see module doc).
+class LoopbackProxy:
+    """A TCP proxy on 127.0.0.1 in front of `upstream_url`, run on an event loop thread of its own:
+    `start()` or `with` runs it, `close()` ends every connection; subclasses write `_handle`."""
 
-    Counters: `connections`, `calls` (POST .../call requests), `resumes` (those with "task_id" in
-    the body) and `cuts` (responses cut).
-    """
+    NAME = "loopback-proxy"
 
-    def __init__(
-        self,
-        upstream_url: str,
-        *,
-        cut_before_task_id: bool = False,
-        cut_all: bool = False,
-        cut_after_events: int | None = None,
-        cut_into: int = 0,
-    ) -> None:
-        """Prepare a proxy for `upstream_url` (http://host:port); `start()` or `with` runs it."""
+    def __init__(self, upstream_url: str) -> None:
+        """Prepare a proxy for `upstream_url` (http://127.0.0.1:port)."""
         parts = urllib.parse.urlsplit(upstream_url)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
             raise ValueError(f"upstream_url must look like http://127.0.0.1:PORT, not {upstream_url!r}")
         self.upstream_host: str = parts.hostname
         self.upstream_port: int = parts.port
-        self.cut_before_task_id = cut_before_task_id
-        self.cut_all = cut_all
-        self.cut_after_events = cut_after_events
-        self.cut_into = cut_into
         self.port = 0
-        self.connections = 0
-        self.calls = 0
-        self.resumes = 0
-        self.cuts = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
@@ -212,22 +194,13 @@ class CuttingProxy:
         """The proxy's base URL, http://127.0.0.1:PORT."""
         return f"http://{HOST}:{self.port}"
 
-    def __repr__(self) -> str:
-        """Options and counters, for assertion messages."""
-        return (
-            f"CuttingProxy({self.url} -> {self.upstream_host}:{self.upstream_port}, "
-            f"cut_before_task_id={self.cut_before_task_id}, cut_all={self.cut_all}, "
-            f"cut_after_events={self.cut_after_events}, cut_into={self.cut_into}, "
-            f"connections={self.connections}, calls={self.calls}, resumes={self.resumes}, cuts={self.cuts})"
-        )
-
-    def start(self) -> CuttingProxy:
+    def start(self) -> Self:
         """Start the event loop thread and listen on a free port of 127.0.0.1."""
         if self._loop is not None:
-            raise RuntimeError("this CuttingProxy was already started")
+            raise RuntimeError(f"this {type(self).__name__} was already started")
         loop = asyncio.new_event_loop()
         self._loop = loop
-        self._thread = threading.Thread(target=loop.run_forever, name="cutting-proxy", daemon=True)
+        self._thread = threading.Thread(target=loop.run_forever, name=self.NAME, daemon=True)
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._listen(), loop).result(timeout=10)
         return self
@@ -244,7 +217,7 @@ class CuttingProxy:
             thread.join(timeout=10)
             loop.close()
 
-    def __enter__(self) -> CuttingProxy:
+    def __enter__(self) -> Self:
         """Start the proxy."""
         return self.start()
 
@@ -279,6 +252,48 @@ class CuttingProxy:
         task = asyncio.get_running_loop().create_task(self._handle(client_reader, client_writer))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
+
+    async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class CuttingProxy(LoopbackProxy):
+    """A TCP proxy on 127.0.0.1 in front of `upstream_url` that cuts `/call` streams (see module doc).
+
+    Counters: `connections`, `calls` (POST .../call requests), `resumes` (those with "task_id" in
+    the body) and `cuts` (responses cut).
+    """
+
+    NAME = "cutting-proxy"
+
+    def __init__(
+        self,
+        upstream_url: str,
+        *,
+        cut_before_task_id: bool = False,
+        cut_all: bool = False,
+        cut_after_events: int | None = None,
+        cut_into: int = 0,
+    ) -> None:
+        """Prepare a proxy for `upstream_url` (http://host:port); `start()` or `with` runs it."""
+        super().__init__(upstream_url)
+        self.cut_before_task_id = cut_before_task_id
+        self.cut_all = cut_all
+        self.cut_after_events = cut_after_events
+        self.cut_into = cut_into
+        self.connections = 0
+        self.calls = 0
+        self.resumes = 0
+        self.cuts = 0
+
+    def __repr__(self) -> str:
+        """Options and counters, for assertion messages."""
+        return (
+            f"CuttingProxy({self.url} -> {self.upstream_host}:{self.upstream_port}, "
+            f"cut_before_task_id={self.cut_before_task_id}, cut_all={self.cut_all}, "
+            f"cut_after_events={self.cut_after_events}, cut_into={self.cut_into}, "
+            f"connections={self.connections}, calls={self.calls}, resumes={self.resumes}, cuts={self.cuts})"
+        )
 
     async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         """Proxy one client connection to a fresh upstream connection."""

@@ -32,15 +32,12 @@ import contextlib
 import copy
 import json
 import threading
-import urllib.parse
 from dataclasses import dataclass, field
-from types import TracebackType
 
-from tests.cutting_proxy import _BLOCK_END, _parse_head, _read_body
+from tests.cutting_proxy import _BLOCK_END, HOST, LoopbackProxy, _parse_head, _read_body
 
 __all__ = ["Disconnect", "Fault", "FaultProxy", "Malformed", "Status", "Truncate", "openai_error"]
 
-HOST = "127.0.0.1"
 _REASONS = {429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
@@ -144,79 +141,25 @@ def _chunked(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
 
 
-class FaultProxy:
+class FaultProxy(LoopbackProxy):
     """A proxy on 127.0.0.1 in front of ``upstream_url`` that applies ``fault`` (None: passes all through).
 
     ``requests`` holds every request body that arrived, ``hits`` how many got the fault.
     """
 
+    NAME = "fault-proxy"
+
     def __init__(self, upstream_url: str) -> None:
-        parts = urllib.parse.urlsplit(upstream_url)
-        if parts.scheme != "http" or parts.hostname != HOST or not parts.port:
+        super().__init__(upstream_url)
+        if self.upstream_host != HOST:
             raise ValueError(f"upstream_url must look like http://127.0.0.1:PORT, not {upstream_url!r}")
-        self.upstream = (parts.hostname, parts.port)
         self.fault: Fault | None = None
         self.requests: list[bytes] = []
         self.hits = 0
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
         self._lock = threading.Lock()
 
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
     def __repr__(self) -> str:
-        return f"FaultProxy({self.url} -> {self.upstream[1]}, fault={self.fault!r}, hits={self.hits})"
-
-    def start(self) -> FaultProxy:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._thread = threading.Thread(target=loop.run_forever, name="fault-proxy", daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._listen(), loop).result(timeout=10)
-        return self
-
-    def close(self) -> None:
-        """Stop listening, end every connection, stop the loop and join its thread (bounded)."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None or loop.is_closed():
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=10)
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=10)
-            loop.close()
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._accept, HOST, 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.get_running_loop().create_task(self._handle(reader, writer))
-        self._handlers.add(task)
-        task.add_done_callback(self._handlers.discard)
+        return f"FaultProxy({self.url} -> {self.upstream_port}, fault={self.fault!r}, hits={self.hits})"
 
     def _take(self, body: bytes) -> Fault | None:
         """Note the request; the fault it gets, if any."""
@@ -262,7 +205,7 @@ class FaultProxy:
 
     async def _forward(self, request: bytes, writer: asyncio.StreamWriter, fault: Fault | None) -> bool:
         """Ask the upstream and pass its answer on, edited by ``fault``; False if the connection must close."""
-        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        up_reader, up_writer = await asyncio.open_connection(self.upstream_host, self.upstream_port)
         try:
             up_writer.write(request)
             await up_writer.drain()
