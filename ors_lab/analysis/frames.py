@@ -879,7 +879,8 @@ class Summary(pd.DataFrame):
         return self.vertical().to_string(header=len(self) != 1)
 
     def _repr_html_(self) -> str | None:
-        return self.vertical().to_html(header=len(self) != 1, notebook=True)
+        with pd.option_context("display.max_colwidth", None):  # the note is a sentence: shown whole
+            return self.vertical().to_html(header=len(self) != 1, notebook=True)
 
 
 def _shown(value: Any) -> str:
