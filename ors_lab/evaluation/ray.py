@@ -47,6 +47,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from collections import deque
@@ -342,7 +343,9 @@ class WorkerPool:
     its own job and agent to them. An actor dead for good is replaced at the next run's start; a cluster
     that ended (``ray.shutdown()``) takes its actors with it, and the next run makes new ones.
 
-    ``pids[n]``: the processes worker ``n`` has run in (one more each time Ray restarts it).
+    ``pids[n]``: the processes worker ``n`` has run in (one more each time Ray restarts it). Runs started
+    at once from several threads share it: one of them makes the actors (or starts the cluster), the
+    others wait for it and use them.
     """
 
     def __init__(self) -> None:
@@ -350,25 +353,28 @@ class WorkerPool:
         self.pids: list[set[int]] = []
         self.cluster: LocalCluster | None = None
         self.owner: tuple[str, str] | None = None  # the (job, node) of the Ray connection the actors belong to
+        self._lock = threading.RLock()  # one thread at a time connects, makes, replaces or kills actors
 
     def ready(self, backend: RayBackend) -> list[Any]:
         """Ray connected (or a local cluster started) and ``backend.workers`` actors made, if they were not."""
-        started = _connect(backend.address)  # Ray up: nothing to do; else a cluster joined, or started here
-        if started is not None:
-            self.cluster = started
-        if self.owner != _connection():
-            self.actors, self.pids = [], []
-        self.owner = _connection()
-        while len(self.actors) < backend.workers:
-            self.actors.append(self._make(backend, len(self.actors)))
-            self.pids.append(set())
-        return self.actors
+        with self._lock:
+            started = _connect(backend.address)  # Ray up: nothing to do; else a cluster joined, or started here
+            if started is not None:
+                self.cluster = started
+            if self.owner != _connection():
+                self.actors, self.pids = [], []
+            self.owner = _connection()
+            while len(self.actors) < backend.workers:
+                self.actors.append(self._make(backend, len(self.actors)))
+                self.pids.append(set())
+            return self.actors
 
     def replace(self, backend: RayBackend, n: int) -> Any:
         """Worker ``n`` dead for good: a new actor in its place."""
-        self._kill(self.actors[n])
-        self.actors[n], self.pids[n] = self._make(backend, n), set()
-        return self.actors[n]
+        with self._lock:
+            self._kill(self.actors[n])
+            self.actors[n], self.pids[n] = self._make(backend, n), set()
+            return self.actors[n]
 
     def _make(self, backend: RayBackend, n: int) -> Any:
         import ray
@@ -386,17 +392,19 @@ class WorkerPool:
 
     def discard(self) -> None:
         """Every actor killed (the next run makes new ones); the cluster, if the pool started it, kept."""
-        if self.actors and "ray" in sys.modules and _connection() == self.owner:
-            for actor in self.actors:
-                self._kill(actor)
-        self.actors, self.pids = [], []
+        with self._lock:
+            if self.actors and "ray" in sys.modules and _connection() == self.owner:
+                for actor in self.actors:
+                    self._kill(actor)
+            self.actors, self.pids = [], []
 
     def close(self) -> None:
         """Every actor killed, and the local cluster the pool started (if it did) stopped."""
-        self.discard()
-        if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+        with self._lock:
+            self.discard()
+            if self.cluster is not None:
+                self.cluster.close()
+                self.cluster = None
 
 
 def _connection() -> tuple[str, str] | None:

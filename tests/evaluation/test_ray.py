@@ -7,6 +7,7 @@ killed worker, Ctrl-C and resume behave as the module docstring says."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -28,7 +29,7 @@ import ors_lab as ol
 from ors_lab import AgentNotShippableError, AsyncClient, Client, EvaluationInterrupted
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.evaluation import aevaluate, evaluate
-from ors_lab.evaluation.ray import RayBackend
+from ors_lab.evaluation.ray import RayBackend, WorkerPool
 from ors_lab.events import Event
 from ors_lab.feed import FeedReader, FeedState
 from tests.envs.counting_envs import live_sessions
@@ -284,6 +285,46 @@ def test_ctrl_c_on_a_sync_ray_run_stops_every_worker_and_keeps_the_partial_resul
     assert len(ended) >= 1 and list(ended["reward"]) == [expected_reward("train", i, r) for i, r in keys]
     assert ray.get([actor.running.remote() for actor in two.pool.actors], timeout=30) == [0, 0]
     assert live_sessions(live) - before == set()
+
+
+class SlowPool(WorkerPool):
+    """A pool whose actors are made slowly: a thread about to make one first waits (2 s at most) for another thread
+    to be about to make one too, so two threads readying the pool at once both get that far unless one waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.both = threading.Barrier(2)
+        self.made = 0
+
+    def _make(self, backend: RayBackend, n: int) -> Any:
+        with contextlib.suppress(threading.BrokenBarrierError):  # the other thread did not come: it waits its turn
+            self.both.wait(timeout=2)
+        self.made += 1
+        return super()._make(backend, n)
+
+
+def test_two_threads_starting_runs_at_once_make_one_set_of_workers() -> None:
+    """Two threads readying one backend's workers at the same moment (each run's start does): one set of
+    actors is made, and both runs get it."""
+    backend = RayBackend(workers=1, cpus=0.5)
+    pool = SlowPool()
+    go = threading.Barrier(2)
+    got: list[list[Any]] = []
+
+    def start_a_run() -> None:
+        go.wait(timeout=10)
+        got.append(list(pool.ready(backend)))
+
+    threads = [threading.Thread(target=start_a_run) for _ in range(2)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert pool.made == 1 and len(pool.actors) == 1
+        assert len(got) == 2 and got[0] == got[1] == pool.actors
+    finally:
+        pool.close()
 
 
 def test_bad_backend_arguments_fail_clearly() -> None:
