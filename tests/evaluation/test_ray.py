@@ -191,6 +191,64 @@ async def test_a_killed_worker_loses_only_its_unfinished_episodes(
     assert good == dict.fromkeys(keys, 1)
 
 
+class HeldPolicy:
+    """`lab_policy` once the file `go` exists: until then every episode waits at its first step, session open."""
+
+    def __init__(self, go: Path) -> None:
+        self.go = go
+
+    async def __call__(self, obs: Any) -> Any:
+        while not self.go.exists():  # noqa: ASYNC110  the test, in another process, makes the file
+            await asyncio.sleep(0.01)
+        return lab_policy(obs)
+
+
+class Started:
+    """``subscribe=``: ``reached`` is set once ``count`` episodes have started (their `start` reached the driver)."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.seen = count, 0
+        self.reached = asyncio.Event()
+
+    def __call__(self, event: Event) -> None:
+        self.seen += event.kind == "start"
+        if self.seen >= self.count:
+            self.reached.set()
+
+
+async def test_a_killed_worker_s_open_sessions_are_deleted_by_the_driver(
+    counting_server: tuple[ServerProcess, Path], tmp_path: Path
+) -> None:
+    """SIGKILL a worker while its 4 sessions are open on the server (their `start` reached the driver): the driver
+    deletes them rather than leave them to the server's 900 s reaper; once the run has ended the server holds none of
+    the run's sessions, and the trace has each closed."""
+    server, live = counting_server
+    before = live_sessions(live)
+    path, go = tmp_path / "run.parquet", tmp_path / "go"
+    started = Started(4)
+    with RayBackend(workers=1, cpus=0, shard=2) as backend:  # its own: killing one of `two`'s tells on other tests
+        async with AsyncClient(server.url) as client:
+            run = asyncio.create_task(aevaluate(client.environment("lab"), HeldPolicy(go), split="test", rollouts=2,
+                                                concurrency=4, record=path, progress=False, subscribe=started,
+                                                backend=backend))  # fmt: skip
+            reached = asyncio.ensure_future(started.reached.wait())  # all 4 pairs: no other starts before go
+            await asyncio.wait({reached, run}, timeout=120, return_when=asyncio.FIRST_COMPLETED)
+            assert reached.done(), (started.seen, run.done() and run.exception())
+            while len(live_sessions(live) - before) < 4:  # the server's count is a file
+                assert not run.done(), run
+                await asyncio.sleep(0.01)
+            os.kill(max(backend.pool.pids[0]), signal.SIGKILL)
+            go.touch()  # the episodes run again on the restarted worker, and end
+            result = await asyncio.wait_for(run, timeout=120)
+    lost = [row for row in _episode_rows(path) if row["error_type"] == "WorkerDiedError"]
+    assert len(lost) == 4
+    assert live_sessions(live) - before == set()
+    sessions = ol.load_trace(path).sessions
+    assert len(sessions) == 8 and sessions["closed"].notna().all()
+    keys = list(zip(result.episodes["task_index"], result.episodes["rollout"], strict=True))
+    assert sorted(keys) == [(i, r) for i in range(2) for r in range(2)] and result.errors.empty
+
+
 async def test_cancelling_stops_every_worker_and_resume_finishes_the_run(
     ors_sdk_server: ServerProcess, tmp_path: Path, two: RayBackend
 ) -> None:
