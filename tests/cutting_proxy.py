@@ -139,7 +139,6 @@ class _CallResponse:
             self.done = True
         return None
 
-
     def _target(self) -> int | None:
         """Where to cut in the decoded body (`into` bytes after the `events`-th block), once known."""
         assert self.events is not None
