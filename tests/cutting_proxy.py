@@ -17,6 +17,10 @@ has `"task_id"` (a resume) passes through untouched. Options:
   a blank line) instead, 0 meaning right after the headers; with `cut_into=K`, forward K more
   bytes of the next block first (a cut inside an event). Both may be changed between calls.
 
+`drop(hold=True)` cuts every open connection at once, whatever it carries, and holds the
+connections made after it (accepted, not forwarded: `held` counts them) until `release()`: a client
+cut off at a moment of the test's choosing, whose next attempt reaches the server when the test says.
+
 Only `200 text/event-stream` responses are cut; error responses (404, 422, a 308 redirect) pass.
 Requests are parsed one at a time per connection (Content-Length or chunked bodies), as HTTP/1.1
 clients send them; `Expect: 100-continue` and pipelining are not supported.
@@ -183,6 +187,8 @@ class LoopbackProxy:
         self.upstream_host: str = parts.hostname
         self.upstream_port: int = parts.port
         self.port = 0
+        self.held = 0
+        self._gate: asyncio.Event | None = None  # while set here, new connections wait for it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
@@ -226,6 +232,27 @@ class LoopbackProxy:
     ) -> None:
         """Close the proxy."""
         self.close()
+
+    def drop(self, *, hold: bool = False) -> None:
+        """Close every open connection now (both its sockets); with `hold`, the next ones wait until `release()`."""
+        assert self._loop is not None, "start the proxy first"
+        asyncio.run_coroutine_threadsafe(self._drop(hold), self._loop).result(timeout=10)
+
+    def release(self) -> None:
+        """Let the held connections (and the next ones) through to the server."""
+        assert self._loop is not None, "start the proxy first"
+        asyncio.run_coroutine_threadsafe(self._release(), self._loop).result(timeout=10)
+
+    async def _drop(self, hold: bool) -> None:
+        if hold and self._gate is None:
+            self._gate = asyncio.Event()
+        for writer in list(self._writers):  # their handlers end on their own
+            writer.close()
+
+    async def _release(self) -> None:
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            gate.set()
 
     async def _listen(self) -> None:
         """Open the listening socket."""
@@ -300,6 +327,10 @@ class CuttingProxy(LoopbackProxy):
         self.connections += 1
         upstream_writer: asyncio.StreamWriter | None = None
         try:
+            gate = self._gate
+            if gate is not None:
+                self.held += 1
+                await gate.wait()
             upstream_reader, upstream_writer = await asyncio.open_connection(self.upstream_host, self.upstream_port)
             self._writers.add(upstream_writer)
             conn = _Connection()

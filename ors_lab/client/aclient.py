@@ -87,7 +87,15 @@ from ors_lab.version import __version__
 if TYPE_CHECKING:
     from ors_lab.notebook.session import SessionView
 
-__all__ = ["DEFAULT_TIMEOUT", "DELETE_TIMEOUT", "EXIT_TIMEOUT", "AsyncClient", "AsyncEnvironment", "AsyncSession"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "DELETE_TIMEOUT",
+    "EXIT_TIMEOUT",
+    "AsyncClient",
+    "AsyncEnvironment",
+    "AsyncSession",
+    "delete_session",
+]
 
 log = logging.getLogger(__name__)
 
@@ -1407,3 +1415,14 @@ class AsyncSession:
                                            error=None if error is None else describe_error(error)))  # fmt: skip
         if error is not None:
             raise error
+
+
+async def delete_session(env: AsyncEnvironment, sid: str, *, bound: float = DELETE_TIMEOUT) -> None:
+    """Delete the session ``sid`` on ``env``'s server: one that no ``AsyncSession`` of this process holds (a Ray
+    worker that died had it open). The same ``POST /delete`` as ``AsyncSession.close()``, tried as often, within
+    ``bound`` seconds, its ``close`` event on ``env.events``; a delete that still failed raises its error."""
+    __tracebackhide__ = True
+    session = AsyncSession(env, task=None, split=None, index=None, secrets=None, view=False)
+    session.sid = sid
+    session._state = "open"  # opened elsewhere: closing it is all that is left
+    await session._close(bound)

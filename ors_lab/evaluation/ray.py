@@ -30,8 +30,10 @@ means in a local run, ``concurrency`` being each worker's limit of open sessions
 - A worker that dies (its process killed, its machine lost) is restarted by Ray (``restarts`` times
   at most); the episodes it had started and not reported finished get a failed ``episode`` row
   (``WorkerDiedError``) in the trace, are left out of the result, and go back into the queue with the
-  pairs it had not started; what it reported finished is never run again. Every worker dead for
-  good: ``WorkersLostError``.
+  pairs it had not started; what it reported finished is never run again. Their sessions (those
+  whose ``start`` reached the driver) are deleted by the driver on the worker's server, which would
+  otherwise hold them until it reaps them (900 s): ``DELETE_TIMEOUT`` seconds at most, a delete that
+  fails logged. Every worker dead for good: ``WorkersLostError``.
 - Ctrl-C or cancelling tells every worker to stop: each cancels its episodes, which delete their
   sessions, and sends its last events; then the run ends as a local one does (a worker that did not
   stop in time gets every actor killed; the next run starts new ones).
@@ -41,12 +43,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from collections import deque
@@ -57,7 +61,10 @@ from typing import TYPE_CHECKING, Any
 
 from ors_lab.agents.policy import Policy, as_agent
 from ors_lab.client import AsyncClient, AsyncEnvironment
+from ors_lab.client.aclient import DELETE_TIMEOUT, delete_session
 from ors_lab.client.runner import CLEANUP_TIMEOUT
+from ors_lab.client.tap import describe_error
+from ors_lab.client.url import server_url
 from ors_lab.events import EpisodeEvent, Event, EventStream, FinishEvent, StartEvent, wall_ns, wall_time
 from ors_lab.protocol.errors import AgentNotShippableError, WorkersLostError
 
@@ -65,6 +72,8 @@ if TYPE_CHECKING:
     from ors_lab.agents.episode import Agent
 
 __all__ = ["LOOPBACK_ENV", "Job", "LocalCluster", "RayBackend", "RayRun", "WorkerPool", "client_options", "start_local"]
+
+log = logging.getLogger("ors_lab.evaluation")
 
 LOOPBACK_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # single-node mode: node IP 127.0.0.1, every listener on loopback
@@ -342,7 +351,9 @@ class WorkerPool:
     its own job and agent to them. An actor dead for good is replaced at the next run's start; a cluster
     that ended (``ray.shutdown()``) takes its actors with it, and the next run makes new ones.
 
-    ``pids[n]``: the processes worker ``n`` has run in (one more each time Ray restarts it).
+    ``pids[n]``: the processes worker ``n`` has run in (one more each time Ray restarts it). Runs started
+    at once from several threads share it: one of them makes the actors (or starts the cluster), the
+    others wait for it and use them.
     """
 
     def __init__(self) -> None:
@@ -350,25 +361,28 @@ class WorkerPool:
         self.pids: list[set[int]] = []
         self.cluster: LocalCluster | None = None
         self.owner: tuple[str, str] | None = None  # the (job, node) of the Ray connection the actors belong to
+        self._lock = threading.RLock()  # one thread at a time connects, makes, replaces or kills actors
 
     def ready(self, backend: RayBackend) -> list[Any]:
         """Ray connected (or a local cluster started) and ``backend.workers`` actors made, if they were not."""
-        started = _connect(backend.address)  # Ray up: nothing to do; else a cluster joined, or started here
-        if started is not None:
-            self.cluster = started
-        if self.owner != _connection():
-            self.actors, self.pids = [], []
-        self.owner = _connection()
-        while len(self.actors) < backend.workers:
-            self.actors.append(self._make(backend, len(self.actors)))
-            self.pids.append(set())
-        return self.actors
+        with self._lock:
+            started = _connect(backend.address)  # Ray up: nothing to do; else a cluster joined, or started here
+            if started is not None:
+                self.cluster = started
+            if self.owner != _connection():
+                self.actors, self.pids = [], []
+            self.owner = _connection()
+            while len(self.actors) < backend.workers:
+                self.actors.append(self._make(backend, len(self.actors)))
+                self.pids.append(set())
+            return self.actors
 
     def replace(self, backend: RayBackend, n: int) -> Any:
         """Worker ``n`` dead for good: a new actor in its place."""
-        self._kill(self.actors[n])
-        self.actors[n], self.pids[n] = self._make(backend, n), set()
-        return self.actors[n]
+        with self._lock:
+            self._kill(self.actors[n])
+            self.actors[n], self.pids[n] = self._make(backend, n), set()
+            return self.actors[n]
 
     def _make(self, backend: RayBackend, n: int) -> Any:
         import ray
@@ -386,17 +400,19 @@ class WorkerPool:
 
     def discard(self) -> None:
         """Every actor killed (the next run makes new ones); the cluster, if the pool started it, kept."""
-        if self.actors and "ray" in sys.modules and _connection() == self.owner:
-            for actor in self.actors:
-                self._kill(actor)
-        self.actors, self.pids = [], []
+        with self._lock:
+            if self.actors and "ray" in sys.modules and _connection() == self.owner:
+                for actor in self.actors:
+                    self._kill(actor)
+            self.actors, self.pids = [], []
 
     def close(self) -> None:
         """Every actor killed, and the local cluster the pool started (if it did) stopped."""
-        self.discard()
-        if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+        with self._lock:
+            self.discard()
+            if self.cluster is not None:
+                self.cluster.close()
+                self.cluster = None
 
 
 def _connection() -> tuple[str, str] | None:
@@ -449,18 +465,22 @@ class RayRun:
         one dead for good (killed between runs, or restarted too often) is replaced by a new one first."""
         from ray.exceptions import RayActorError
 
-        servers = list(self.backend.servers) or [self.env.client.base_url]
         for attempt in range(2 if replace else 1):
             actor = self.pool.actors[n]
             try:
                 self.pool.pids[n].add(await actor.pid.remote())  # up and answering before the first shard
-                await actor.begin.remote(self.id, servers[n % len(servers)], self.job, self.shipped,
+                await actor.begin.remote(self.id, self._server(n), self.job, self.shipped,
                                          self.backend.agent_factory)  # fmt: skip
                 return
             except RayActorError:
                 if attempt or not replace:
                     raise
                 self.pool.replace(self.backend, n)
+
+    def _server(self, n: int) -> str:
+        """The ORS server worker ``n`` talks to."""
+        servers = list(self.backend.servers) or [self.env.client.base_url]
+        return servers[n % len(servers)]
 
     async def run(self, pairs: Sequence[tuple[int, int]]) -> None:
         """Run ``pairs`` to their end on the workers; cancelled, stop every worker first."""
@@ -520,7 +540,7 @@ class RayRun:
                     offset, batch = await ref
                     self._take(offset, batch, started, ended)
             except RayActorError as exc:
-                self._lose(shard, started, ended, exc)
+                await self._lose(n, shard, started, ended, exc)
                 if not await self._revived(n):
                     return
 
@@ -562,20 +582,22 @@ class RayRun:
                 ended.add((event.task_index, event.rollout))  # type: ignore[arg-type]
             self.publish(event)
 
-    def _lose(
+    async def _lose(
         self,
+        n: int,
         shard: list[tuple[int, int]],
         started: dict[tuple[int, int], tuple[str, int]],
         ended: set[tuple[int, int]],
         exc: BaseException,
     ) -> None:
-        """A worker died running ``shard``: its unfinished episodes recorded as failed, every pair it
-        did not finish back in the queue (in front: they were due first)."""
+        """Worker ``n`` died running ``shard``: every pair it did not finish back in the queue (in front: they
+        were due first), the sessions of its unfinished episodes deleted, those episodes recorded as failed."""
         reason = f"the Ray worker running it died: {type(exc).__name__}"
-        for index, rollout in shard:
-            if (index, rollout) in ended or (index, rollout) not in started:
-                continue
-            sid, t_ns = started[(index, rollout)]
+        lost = [(pair, *started[pair]) for pair in shard if pair in started and pair not in ended]
+        if not self.stopping:
+            self.todo.extendleft(reversed([pair for pair in shard if pair not in ended]))
+        await self._delete(n, [sid for _, sid, _ in lost])  # before their outcome, as a local episode's close
+        for (index, rollout), sid, t_ns in lost:
             self.publish(FinishEvent(session_id=sid, rollout=rollout, finish_reason="error"))
             job, lasted = self.job, (time.monotonic_ns() - t_ns) / 1e9
             self.publish(EpisodeEvent(session_id=sid, rollout=rollout, environment=job.environment, split=job.split,
@@ -584,8 +606,26 @@ class RayRun:
                                       agent=job.agent_name, total_reward=0.0, final_reward=None, steps=0,
                                       started=wall_time(t_ns), duration_s=lasted))  # fmt: skip
             self.lost(sid)
-        if not self.stopping:
-            self.todo.extendleft(reversed([pair for pair in shard if pair not in ended]))
+
+    async def _delete(self, n: int, sids: list[str]) -> None:
+        """The sessions dead worker ``n`` had open, deleted on its server (all at once, ``DELETE_TIMEOUT`` seconds
+        at most), each exchange and ``close`` event on the run's stream; a delete that failed is logged."""
+        if not sids:
+            return
+        url = self._server(n)
+        events = EventStream()
+        events.subscribe(self.publish)
+        async with contextlib.AsyncExitStack() as stack:
+            client = self.env.client
+            if server_url(url) != client.base_url:  # another server: a client of its own, as the worker had
+                client = await stack.enter_async_context(AsyncClient(url, **self.job.client))
+            env = AsyncEnvironment(client, self.job.environment, events=events)
+            done = await asyncio.gather(*(delete_session(env, sid, bound=DELETE_TIMEOUT) for sid in sids),
+                                        return_exceptions=True)  # fmt: skip
+        for sid, outcome in zip(sids, done, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning("ors_lab: session %s of a Ray worker that died could not be deleted (the server reaps it "
+                            "after 900 s): %s", sid, describe_error(outcome))  # fmt: skip
 
     def close(self) -> None:
         """The run forgotten by the workers, which stay for the backend's next run; all of them killed if one

@@ -310,8 +310,8 @@ async def _run(
         return await _finish(rows, resumed_rows, resumed, aenv.name, o, recorder, own_recorder, created, started,
                              agent_name, stopped_by, ending, feed)  # fmt: skip
     finally:
-        if feed is not None and feed is not o.feed:
-            feed.close()
+        if feed is not None and feed is not o.feed:  # it waits a moment for a reader cut off just before the end
+            await outlast_cancel(asyncio.to_thread(feed.close))
 
 
 async def _finish(

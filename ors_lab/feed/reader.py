@@ -4,9 +4,11 @@ The stream is read with httpx2 and decoded by the project's one SSE decoder
 (``ors_lab.protocol.sse``); each event's JSON goes to ``handle(kind, data)``, in order, from the
 reader's thread. A stream that breaks before the run's ``end`` is read again with
 ``Last-Event-ID`` (the feed sends what was missed, or a ``reset``), every ``RETRY`` seconds and up
-to ``patience`` seconds without success; then the reader gives up (``lost``). A stream that ends
-or breaks after the run's ``end`` is over (``ended``). A stream that stays silent for ``idle``
-seconds (a feed heartbeats every 15) counts as broken.
+to ``patience`` seconds without success; then the reader gives up (``lost``), and its ``error`` says
+that the feed went away before the run's end reached it: the state it handed on is the run's last
+known, not its final (a feed that closes waits a few seconds for such a reader to come back for its
+``end``). A stream that ends or breaks after the run's ``end`` is over (``ended``). A stream that
+stays silent for ``idle`` seconds (a feed heartbeats every 15) counts as broken.
 
 The first connection says whether the URL is a feed at all: ``wait_ready()`` raises
 ``ConnectionFailedError`` when it cannot be reached, ``MalformedResponseError`` when what answers is
@@ -159,7 +161,9 @@ class FeedReader:
                         return
                     failing_since = failing_since or time.monotonic()
                     if time.monotonic() - failing_since > self.patience:
-                        self._set("lost", _describe(exc))
+                        self._set("lost", f"the live feed went away before the run's end reached this reader "
+                                          f"({unreachable(exc)}, for {self.patience:g} s): its final state is "
+                                          "unknown")  # fmt: skip
                         return
                     self._set("reconnecting", _describe(exc))
                 except MalformedResponseError as exc:

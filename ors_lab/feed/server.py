@@ -23,6 +23,9 @@ How it works, and why no reader can slow the run:
   far) and goes on from there. A reader that reconnects with ``Last-Event-ID`` gets what it missed.
   So a slow or stalled reader holds one batch at most, and nothing the run does waits for it.
 - A reader idle for ``heartbeat`` seconds (15) gets a ``: heartbeat`` comment.
+- Closing, the feed waits (``LINGER`` seconds at most) for its connected readers to be sent what they
+  lack, and for a reader whose connection broke before it was sent the run's ``end`` to come back
+  for it (``Last-Event-ID``): a reader between two connections when the run ends still gets its end.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ __all__ = [
     "FEED_KINDS",
     "HEARTBEAT",
     "INTERVAL",
+    "LINGER",
     "PATH",
     "PROGRESS_EVERY",
     "RUNNING_EVENTS",
@@ -78,6 +82,9 @@ RUNNING_EVENTS = 1_000
 """The events of one running episode a snapshot holds at most (its ``start`` and its latest)."""
 BATCH_BYTES = 1024 * 1024
 """The most bytes written to a reader at once."""
+LINGER = 3.0
+"""Seconds a closing feed waits at most for its readers: those still being sent the run's last events, and those
+whose connection broke before they had the run's ``end`` (a reader tries again every 0.5 s)."""
 
 _DELTAS = {
     "text-delta": ("id", "delta", "delta"),
@@ -128,6 +135,9 @@ class Feed:
         """Names this feed in its event ids (``EPOCH-N``): an id from another feed is never taken for one of its own."""
         self._queue: deque[Event] = deque()
         self._lock = threading.Lock()  # the buffer and the run so far (the drain thread and the readers)
+        self._readers_changed = threading.Condition(self._lock)  # a reader was sent more, came or went
+        self._sent: dict[object, int] = {}  # each connected reader: the number of the last event written to it
+        self._dropped: deque[float] = deque()  # when readers hung up before they had the run's end, not yet back
         self._drain_lock = threading.RLock()  # one drain at a time (the thread, begin and end)
         self._ring: deque[tuple[int, bytes]] = deque()
         self._ring_bytes = 0
@@ -154,6 +164,7 @@ class Feed:
         self._finished: list[bytes] = []
         self._running: dict[str | None, list[bytes]] = {}
         self._end_frame: bytes | None = None
+        self._end_number: int | None = None
         self._started: float | None = None
         self._ended: float | None = None
         self._total = self._done = self._resumed_count = self._errors = self._successes = self._rewarded = 0
@@ -189,8 +200,9 @@ class Feed:
         return self
 
     def close(self) -> None:
-        """Stop: readers get what they lack, then their stream ends; returns at once (a stalled reader's
-        connection is dropped in the background within seconds)."""
+        """Stop: readers get what they lack, then their stream ends. Returns once they have it, and once a reader
+        whose connection broke before the run's ``end`` has come back for it, or after ``LINGER`` seconds (a stalled
+        reader's connection is then dropped in the background within seconds)."""
         if self._closed:
             return
         if self._subscription is not None:
@@ -201,9 +213,28 @@ class Feed:
         with self._lock:
             self._closed = True
         self._notify()
+        self._linger()
         serving, self._serving = self._serving, None
         if serving is not None:
             threading.Thread(target=serving.close, name="ors-lab feed closing", daemon=True).start()
+
+    def _linger(self) -> None:
+        """Wait, ``LINGER`` seconds at most, until no connected reader lacks an event and no reader that hung up
+        before the run's ``end`` in the last ``LINGER`` seconds is still to come back."""
+        deadline = time.monotonic() + LINGER
+        with self._readers_changed:
+            while True:
+                now = time.monotonic()
+                dropped = self._dropped
+                while dropped and now - dropped[0] >= LINGER:
+                    dropped.popleft()  # it did not come back in time: it is not coming
+                behind = any(sent < self._last for sent in self._sent.values())
+                if not (behind or dropped) or now >= deadline:
+                    if behind or dropped:
+                        log.debug("ors_lab: the live feed %s closes with readers still owed its last events", self.url)
+                    return
+                wake = min(deadline, dropped[0] + LINGER) if dropped else deadline
+                self._readers_changed.wait(wake - now)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -270,6 +301,7 @@ class Feed:
                 end = {"type": "end", "status": status, "elapsedS": round(self._ended - self._started, 3),
                        "done": self._done, "total": self._total, "errors": self._errors}  # fmt: skip
                 self._end_frame = self._append("end", _frame("end", end))
+                self._end_number = self._last
         self._notify()
 
     def _take(self, event: Event) -> None:
@@ -452,10 +484,17 @@ class Feed:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         gone = asyncio.ensure_future(_hung_up(receive))
         self._readers += 1
+        reader = object()
+        sent = -1
+        finished = False
         try:
-            with self._lock:
+            with self._readers_changed:
                 cursor, frames = self._open(asked)
+                self._sent[reader] = sent
+                if asked is not None and self._dropped:
+                    self._dropped.popleft()  # a reader come back (which one does not matter: they are counted)
             await _write(send, frames)
+            sent = self._wrote(reader, cursor)
             quiet_since = loop.time()
             while not gone.done():
                 changed = self._changed
@@ -464,9 +503,11 @@ class Feed:
                     ended = self._closed and cursor >= self._last
                 if frames:
                     await _write(send, frames)
+                    sent = self._wrote(reader, cursor)
                     quiet_since = loop.time()
                     continue
                 if ended:
+                    finished = True
                     break
                 wait = self.heartbeat - (loop.time() - quiet_since)
                 if wait <= 0:
@@ -482,6 +523,19 @@ class Feed:
         finally:
             self._readers -= 1
             gone.cancel()
+            with self._readers_changed:
+                del self._sent[reader]
+                owed = self._started is not None and (self._end_number is None or sent < self._end_number)
+                if not finished and owed:  # it broke before the run's end: it may come back for it
+                    self._dropped.append(time.monotonic())
+                self._readers_changed.notify_all()
+
+    def _wrote(self, reader: object, cursor: int) -> int:
+        """Note that ``reader`` was sent the events up to ``cursor``; returns it."""
+        with self._readers_changed:
+            self._sent[reader] = cursor
+            self._readers_changed.notify_all()
+        return cursor
 
 
 def _outcome(record: Mapping[str, Any]) -> EpisodeEvent:

@@ -140,7 +140,10 @@ class FeedState(ViewState):
     def text(self) -> str:
         if self.run is not None:
             line = self.run.text()
-            return line if self.status in ("live", "ended") else f"{line}  [feed {self.status}]"
+            if self.status in ("live", "ended"):
+                return line
+            said = f": {self.error}" if self.status == "lost" and self.error else ""
+            return f"{line}  [feed {self.status}{said}]"
         return f"watching {self.url}: {self.status}" + ("" if self.error is None else f" ({self.error})")
 
     def html(self) -> str:

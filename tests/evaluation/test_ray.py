@@ -7,6 +7,7 @@ killed worker, Ctrl-C and resume behave as the module docstring says."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -28,7 +29,7 @@ import ors_lab as ol
 from ors_lab import AgentNotShippableError, AsyncClient, Client, EvaluationInterrupted
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.evaluation import aevaluate, evaluate
-from ors_lab.evaluation.ray import RayBackend
+from ors_lab.evaluation.ray import RayBackend, WorkerPool
 from ors_lab.events import Event
 from ors_lab.feed import FeedReader, FeedState
 from tests.envs.counting_envs import live_sessions
@@ -190,6 +191,64 @@ async def test_a_killed_worker_loses_only_its_unfinished_episodes(
     assert good == dict.fromkeys(keys, 1)
 
 
+class HeldPolicy:
+    """`lab_policy` once the file `go` exists: until then every episode waits at its first step, session open."""
+
+    def __init__(self, go: Path) -> None:
+        self.go = go
+
+    async def __call__(self, obs: Any) -> Any:
+        while not self.go.exists():  # noqa: ASYNC110  the test, in another process, makes the file
+            await asyncio.sleep(0.01)
+        return lab_policy(obs)
+
+
+class Started:
+    """``subscribe=``: ``reached`` is set once ``count`` episodes have started (their `start` reached the driver)."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.seen = count, 0
+        self.reached = asyncio.Event()
+
+    def __call__(self, event: Event) -> None:
+        self.seen += event.kind == "start"
+        if self.seen >= self.count:
+            self.reached.set()
+
+
+async def test_a_killed_worker_s_open_sessions_are_deleted_by_the_driver(
+    counting_server: tuple[ServerProcess, Path], tmp_path: Path
+) -> None:
+    """SIGKILL a worker while its 4 sessions are open on the server (their `start` reached the driver): the driver
+    deletes them rather than leave them to the server's 900 s reaper; once the run has ended the server holds none of
+    the run's sessions, and the trace has each closed."""
+    server, live = counting_server
+    before = live_sessions(live)
+    path, go = tmp_path / "run.parquet", tmp_path / "go"
+    started = Started(4)
+    with RayBackend(workers=1, cpus=0, shard=2) as backend:  # its own: killing one of `two`'s tells on other tests
+        async with AsyncClient(server.url) as client:
+            run = asyncio.create_task(aevaluate(client.environment("lab"), HeldPolicy(go), split="test", rollouts=2,
+                                                concurrency=4, record=path, progress=False, subscribe=started,
+                                                backend=backend))  # fmt: skip
+            reached = asyncio.ensure_future(started.reached.wait())  # all 4 pairs: no other starts before go
+            await asyncio.wait({reached, run}, timeout=120, return_when=asyncio.FIRST_COMPLETED)
+            assert reached.done(), (started.seen, run.done() and run.exception())
+            while len(live_sessions(live) - before) < 4:  # the server's count is a file
+                assert not run.done(), run
+                await asyncio.sleep(0.01)
+            os.kill(max(backend.pool.pids[0]), signal.SIGKILL)
+            go.touch()  # the episodes run again on the restarted worker, and end
+            result = await asyncio.wait_for(run, timeout=120)
+    lost = [row for row in _episode_rows(path) if row["error_type"] == "WorkerDiedError"]
+    assert len(lost) == 4
+    assert live_sessions(live) - before == set()
+    sessions = ol.load_trace(path).sessions
+    assert len(sessions) == 8 and sessions["closed"].notna().all()
+    keys = list(zip(result.episodes["task_index"], result.episodes["rollout"], strict=True))
+    assert sorted(keys) == [(i, r) for i in range(2) for r in range(2)] and result.errors.empty
+
+
 async def test_cancelling_stops_every_worker_and_resume_finishes_the_run(
     ors_sdk_server: ServerProcess, tmp_path: Path, two: RayBackend
 ) -> None:
@@ -284,6 +343,46 @@ def test_ctrl_c_on_a_sync_ray_run_stops_every_worker_and_keeps_the_partial_resul
     assert len(ended) >= 1 and list(ended["reward"]) == [expected_reward("train", i, r) for i, r in keys]
     assert ray.get([actor.running.remote() for actor in two.pool.actors], timeout=30) == [0, 0]
     assert live_sessions(live) - before == set()
+
+
+class SlowPool(WorkerPool):
+    """A pool whose actors are made slowly: a thread about to make one first waits (2 s at most) for another thread
+    to be about to make one too, so two threads readying the pool at once both get that far unless one waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.both = threading.Barrier(2)
+        self.made = 0
+
+    def _make(self, backend: RayBackend, n: int) -> Any:
+        with contextlib.suppress(threading.BrokenBarrierError):  # the other thread did not come: it waits its turn
+            self.both.wait(timeout=2)
+        self.made += 1
+        return super()._make(backend, n)
+
+
+def test_two_threads_starting_runs_at_once_make_one_set_of_workers() -> None:
+    """Two threads readying one backend's workers at the same moment (each run's start does): one set of
+    actors is made, and both runs get it."""
+    backend = RayBackend(workers=1, cpus=0.5)
+    pool = SlowPool()
+    go = threading.Barrier(2)
+    got: list[list[Any]] = []
+
+    def start_a_run() -> None:
+        go.wait(timeout=10)
+        got.append(list(pool.ready(backend)))
+
+    threads = [threading.Thread(target=start_a_run) for _ in range(2)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert pool.made == 1 and len(pool.actors) == 1
+        assert len(got) == 2 and got[0] == got[1] == pool.actors
+    finally:
+        pool.close()
 
 
 def test_bad_backend_arguments_fail_clearly() -> None:
