@@ -2,9 +2,10 @@
 
 - ``ors-lab demo``: start the bundled demo environments on 127.0.0.1, evaluate the demo agent on
   them with recording, print the summaries, and say where the trace is and how to replay it.
-- ``ors-lab eval URL --env NAME --split S (--agent MODULE:OBJECT | --openai-model M
+- ``ors-lab eval URL --env NAME [--split S] (--agent MODULE:OBJECT | --openai-model M
   --openai-base-url U) --out TRACE``: evaluate an agent, record the trace, print the summary, and
-  write the episodes as Parquet next to the trace (``TRACE`` → ``TRACE.episodes.parquet``). An
+  write the episodes as Parquet next to the trace (``TRACE`` → ``TRACE.episodes.parquet``). Without
+  ``--split``, the environment's only split is run (one with several is an error naming them). An
   existing trace is continued (``--resume``, the default), refused (``--no-resume``) or replaced
   (``--overwrite``). A run that fails before its first episode leaves no trace it created behind.
   ``--feed PORT`` serves the run's events live on 127.0.0.1 (0: a free port; its URL is said first).
@@ -84,7 +85,7 @@ def _episodes_path(trace: Path) -> Path:
 def _eval(args: argparse.Namespace) -> int:
     from ors_lab.client import Client
     from ors_lab.evaluation.run import discard_unstarted, evaluate, trace_exists
-    from ors_lab.protocol.errors import TraceExistsError
+    from ors_lab.protocol.errors import SplitRequiredError, TraceExistsError
     from ors_lab.recording.recorder import Recorder
 
     if args.agent is not None and args.openai_model is not None:
@@ -130,12 +131,15 @@ def _eval(args: argparse.Namespace) -> int:
     except TraceExistsError:
         raise TraceExistsError(f"{out} already holds a trace; pass --resume to continue it or --overwrite to "
                                "replace it", path=str(out)) from None  # fmt: skip
-    except Exception:
+    except Exception as exc:
         if created:  # a run that recorded nothing leaves nothing it made (evaluate removes a trace it opened)
             discard_unstarted(out)
             for directory in made if not trace_exists(out) else ():
                 with contextlib.suppress(OSError):
                     directory.rmdir()
+        if isinstance(exc, SplitRequiredError):  # in the command's terms: its option, not evaluate's keyword
+            raise SplitRequiredError(exc.message.replace("pass split=", "pass --split"), environment=exc.environment,
+                                     available=exc.available) from None  # fmt: skip
         raise
     episodes = _episodes_path(out)
     result.episodes.to_parquet(episodes, index=False)
@@ -326,7 +330,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluation = commands.add_parser("eval", help="evaluate an agent on an environment's split, recorded")
     evaluation.add_argument("url", help="the ORS server's base URL, e.g. http://127.0.0.1:8080")
     evaluation.add_argument("--env", required=True, help="the environment's name")
-    evaluation.add_argument("--split", default="test", help="the split (default: test)")
+    evaluation.add_argument("--split", help="the split (default: the environment's only one; with several, say which)")
     evaluation.add_argument("--agent", metavar="MODULE:OBJECT", help="an agent or policy (a class is instantiated)")
     evaluation.add_argument("--openai-model", metavar="M", help="use the OpenAI-compatible agent with this model")
     evaluation.add_argument("--openai-base-url", metavar="U", help="the OpenAI-compatible server's base URL")

@@ -43,6 +43,13 @@ the publishing thread (cheap; for the recorder and counters), or from a thread o
 bounded buffer (``buffer=``: a slow subscriber then drops the oldest events instead of slowing the
 run). A subscriber that raises is detached, its error logged and kept on its ``Subscription``; the
 client, the agent and the other subscribers go on. Subscribers can be added and removed at any time.
+
+``with stream.capture():`` makes ``stream`` the one the running code publishes on in place of the
+streams it forwards to (``routed()``): in that block, and in the tasks started from it, an object of
+the client that would publish on the client's stream (the client itself, an environment got from
+it, their sessions) publishes on ``stream``, which forwards it on. An evaluation captures each
+episode so, and its trace holds whatever its agent does through any object of the client it was
+handed; two runs at once on one client each capture their own episodes (a ``ContextVar``).
 """
 
 from __future__ import annotations
@@ -53,7 +60,9 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -1032,6 +1041,10 @@ def _not_recorded(event: Event, subscription: Subscription, exc: Exception) -> E
     return error
 
 
+_CAPTURING: ContextVar[EventStream | None] = ContextVar("ors_lab_capturing_stream", default=None)
+"""The stream the running code captures into (``EventStream.capture``), if any."""
+
+
 class EventStream:
     """An ordered stream of events: ``subscribe`` to it, ``publish`` on it (see the module docstring).
 
@@ -1046,6 +1059,29 @@ class EventStream:
 
     def __repr__(self) -> str:
         return f"EventStream({len(self._subscriptions)} subscribers{', with a parent' if self.parent else ''})"
+
+    @contextmanager
+    def capture(self) -> Iterator[EventStream]:
+        """In this block (and the tasks started from it), what would be published on a stream this one forwards
+        to is published here instead (``routed``), and so reaches that stream too, after this one's subscribers."""
+        token = _CAPTURING.set(self)
+        try:
+            yield self
+        finally:
+            _CAPTURING.reset(token)
+
+    def routed(self) -> EventStream:
+        """Where to publish what is meant for this stream: the stream the running code captures into
+        (``capture``) when it forwards here, else this one."""
+        capturing = _CAPTURING.get()
+        if capturing is None or capturing is self:
+            return self
+        stream = capturing.parent
+        while stream is not None:
+            if stream is self:
+                return capturing
+            stream = stream.parent
+        return self
 
     @property
     def active(self) -> bool:

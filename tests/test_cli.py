@@ -67,6 +67,29 @@ def test_eval_records_prints_and_writes_the_episodes(ors_sdk_server: ServerProce
     assert len(load_trace(trace).episodes) == 6
 
 
+def test_eval_without_split_runs_the_only_one_and_names_them_when_there_are_several(
+    ors_sdk_server: ServerProcess, tmp_path: Path
+) -> None:
+    """`ors-lab eval` without --split runs `echo`'s only split; on `lab` (train, test) it fails with one line
+    naming them, leaving no trace."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    args = [*CLI, "eval", ors_sdk_server.url, "--agent", "tests.evaluation.policies:echo_once"]
+    done = subprocess.run([*args, "--env", "echo", "--out", str(tmp_path / "echo.parquet")], capture_output=True,
+                          text=True, timeout=120, check=False, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "EvalResult(echo/dev: 2 episodes over 2 tasks x 1 rollouts" in done.stdout
+    several = subprocess.run([*args, "--env", "lab", "--out", str(tmp_path / "lab.parquet")], capture_output=True,
+                             text=True, timeout=120, check=False, env=env)  # fmt: skip
+    assert several.returncode == 1 and "Traceback" not in several.stderr
+    assert several.stderr.strip() == (
+        "ors-lab eval: environment 'lab' has 2 splits: train, test; pass --split to say which one to evaluate"
+    )
+    assert not (tmp_path / "lab.parquet").exists()
+    nested = tmp_path / "runs" / "lab.parquet"  # the folders it made for the trace are removed too
+    subprocess.run([*args, "--env", "lab", "--out", str(nested)], capture_output=True, timeout=60, check=False, env=env)
+    assert not nested.parent.exists()
+
+
 def test_eval_on_ray_workers(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
     """`ors-lab eval --ray --workers 2` starts a private loopback cluster, runs the episodes on its two workers
     (the trace names them), prints the same summary as a local run, and stops the cluster; --workers alone is

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -125,6 +126,31 @@ def test_subscribers_see_events_in_order_then_the_parent_stream() -> None:
     parent.publish(ping(2))
     assert seen == [("first", "s1"), ("second", "s1"), ("parent", "s1"), ("parent", "s2")]
     assert child.active and parent.active and not EventStream().active
+
+
+async def test_a_captured_block_routes_what_is_meant_for_the_streams_its_stream_forwards_to() -> None:
+    """In `with run.capture():` (and in the tasks it starts), a stream that `run` forwards to routes to `run`;
+    other streams, and the same stream outside the block or in another task's capture, stay as they are."""
+    client, other = EventStream(), EventStream()
+    run = EventStream(parent=EventStream(parent=client))  # forwards to client, through a stream between
+    sibling = EventStream(parent=client)
+    assert client.routed() is client
+    with run.capture():
+        assert client.routed() is run and run.routed() is run and run.parent.routed() is run  # type: ignore[union-attr]
+        assert other.routed() is other and sibling.routed() is sibling
+        assert await asyncio.create_task(_routed(client)) is run
+
+        async def elsewhere() -> EventStream:
+            with sibling.capture():
+                return client.routed()
+
+        assert await asyncio.create_task(elsewhere()) is sibling
+        assert client.routed() is run
+    assert client.routed() is client
+
+
+async def _routed(stream: EventStream) -> EventStream:
+    return stream.routed()
 
 
 def test_subscribers_come_and_go_while_events_flow() -> None:

@@ -1,6 +1,6 @@
 """What an agent is handed: an ``Episode`` on one task, and the ``Agent`` interface.
 
-An agent's ``run(episode)`` reads ``episode.prompt`` and ``episode.tools``, calls
+An agent's ``run(episode)`` reads ``episode.task``, ``episode.prompt`` and ``episode.tools``, calls
 ``await episode.call(name, input)`` until ``episode.done``, and says what it thinks on the way
 with ``episode.text()`` / ``episode.reasoning()``, a turn at a time (``episode.block()``). Every
 call publishes the agent events of ``ors_lab.events`` (tool input, tool output or error, reward),
@@ -213,9 +213,12 @@ class TextStream:
 class Episode:
     """One episode of an evaluation: a live session on one task, for one rollout.
 
-    ``prompt`` (blocks) and ``tools`` are read before the agent starts; ``steps`` grows with every
-    call; ``done`` is true once a result said ``finished`` or ``max_steps`` calls were made.
-    ``events`` is the run's stream; ``usage`` the tokens the agent reported so far.
+    ``task`` (the task's spec), ``prompt`` (blocks) and ``tools`` are read before the agent starts;
+    ``steps`` grows with every call; ``done`` is true once a result said ``finished`` or
+    ``max_steps`` calls were made. ``events`` is the run's stream; ``usage`` the tokens the agent
+    reported so far. What the agent does through the session, its client, an environment got from
+    that client or a session of it, is published on the run's stream too (the harness captures the
+    episode into it: ``EventStream.capture``), so it is in the run's trace and replays.
     """
 
     def __init__(
@@ -227,8 +230,10 @@ class Episode:
         tools: list[ToolSpec],
         max_steps: int | None,
         events: EventStream,
+        task: Task | None = None,
     ) -> None:
         self.session = session
+        self._task = task
         self.rollout = rollout
         self.prompt = prompt
         self.tools = tools
@@ -261,8 +266,10 @@ class Episode:
 
     @property
     def task(self) -> Task | None:
-        """The task's spec when the session was opened by spec (the harness opens by split and index)."""
-        return self.session.task
+        """The task's spec: as the environment gave it to the harness (``env.task(split, index)``, asked once per
+        task of a run), or the session's when it was opened by spec. None against a replay of a trace recorded
+        before evaluations asked for their tasks."""
+        return self._task if self._task is not None else self.session.task
 
     @property
     def prompt_text(self) -> str:

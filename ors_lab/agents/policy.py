@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ors_lab.agents.episode import Agent, Episode, Step
-from ors_lab.protocol.models import Block, ToolResult, ToolSpec
+from ors_lab.protocol.models import Block, Task, ToolResult, ToolSpec
 
 __all__ = ["Observation", "Policy", "PolicyAgent", "ToolCall", "as_agent"]
 
@@ -33,7 +33,10 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What a policy sees before each step: the task, the prompt, the tools, and what happened so far."""
+    """What a policy sees before each step: the task, the prompt, the tools, and what happened so far.
+
+    ``task`` is the task's spec (``Episode.task``: None against a replay of a trace recorded without it).
+    """
 
     environment: str
     split: str | None
@@ -43,6 +46,7 @@ class Observation:
     blocks: tuple[Block, ...]
     tools: tuple[ToolSpec, ...]
     history: tuple[Step, ...]
+    task: Task | None = None
 
     @property
     def step(self) -> int:
@@ -90,6 +94,7 @@ class PolicyAgent:
                 blocks=blocks,
                 tools=tools,
                 history=tuple(episode.steps),
+                task=episode.task,
             )
             with episode.block(f"step {observation.step + 1}", block_type="step"):
                 action = self.policy(observation)

@@ -12,7 +12,11 @@ most ``connections=`` connections to the server at once: ``ors_lab.client.transp
 comment, retry and session step is published on it, in order, as a typed event
 (``ors_lab.events``). ``recorder=`` subscribes a ``Recorder`` (or any subscriber) to it. An
 environment or session can be given a stream of its own (``client.environment(name, events=...)``,
-as an evaluation does): its events go there first, then to the client's stream.
+as an evaluation does): its events go there first, then to the client's stream. Code that captures
+into a stream forwarding to the client's (``EventStream.capture``, as an evaluation's episodes do)
+has the client's own requests, those of its environments and of the sessions made from them
+published on that stream instead (``EventStream.routed``): an agent's requests through the client of
+its episode's session belong to the run's trace.
 
 A session opens on first use (``prompt()``, ``tools()`` or ``call()`` on a new session open it, once,
 however many calls race to it) or on entering ``async with``, and then lives until it is closed: by
@@ -477,14 +481,14 @@ class AsyncClient:
     async def health(self) -> bool:
         """True when ``GET /health`` answers ``{"status": "ok"}``."""
         __tracebackhide__ = True
-        body = await self._json(self.events, "GET", "/health", expect='{"status": "ok"}')
+        body = await self._json(self.events.routed(), "GET", "/health", expect='{"status": "ok"}')
         return isinstance(body, dict) and body.get("status") == "ok"
 
     async def environments(self) -> list[str]:
         """The environment names the server hosts; the first is its default."""
         __tracebackhide__ = True
         names: list[str] = await self._json(
-            self.events, "GET", "/list_environments", parse=_environment_names, expect='["name", ...]'
+            self.events.routed(), "GET", "/list_environments", parse=_environment_names, expect='["name", ...]'
         )
         return names
 
@@ -957,7 +961,13 @@ class AsyncEnvironment:
     def __init__(self, client: AsyncClient, name: str, *, events: EventStream | None = None) -> None:
         self.client = client
         self.name = name
-        self.events = events if events is not None else client.events
+        self._events = events if events is not None else client.events
+
+    @property
+    def events(self) -> EventStream:
+        """Where it publishes, and a session made from it: its stream (given, or the client's), or in code that
+        captures into a stream forwarding there (``EventStream.capture``: an evaluation's episode), that one."""
+        return self._events.routed()
 
     def __repr__(self) -> str:
         return f"AsyncEnvironment({self.name!r}, url={self.client.base_url!r})"
@@ -1107,6 +1117,7 @@ class AsyncSession:
     The first of them opens it (``open()`` and ``async with`` open it too); it is then kept alive
     (a ping every 10 s) until ``close()``, the end of the ``async with`` block, or its client's end.
     In a notebook it shows its live view where it opens (``view``), and again when displayed.
+    ``events`` is where it publishes for its whole life: its environment's stream when it was made.
     """
 
     def __init__(

@@ -148,10 +148,14 @@ class Environment:
         self._runner = client.runner
         self.aio = aio
         self.name = aio.name
-        self.events = aio.events
 
     def __repr__(self) -> str:
         return f"Environment({self.name!r}, url={self.aio.client.base_url!r})"
+
+    @property
+    def events(self) -> EventStream:
+        """Where it publishes (``AsyncEnvironment.events``)."""
+        return self.aio.events
 
     @property
     def runner(self) -> Runner:

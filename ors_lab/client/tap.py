@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -39,13 +40,26 @@ __all__ = [
     "ExchangeTap",
     "RecordingTransport",
     "describe_error",
+    "exchanges_apart",
     "is_event_stream",
     "unreachable",
 ]
 
 EXCHANGES = itertools.count(1)
 """Exchange numbers: one counter per process, shared by every client and proxy in it, so that the
-requests recorded into one trace never share a number."""
+requests recorded into one trace never share a number (counted from ``exchanges_apart()``'s place)."""
+
+_exchange_base = 0
+
+
+def exchanges_apart() -> None:
+    """Number this process's exchanges from a random multiple of 2**32 (below 2**62) on: for a process whose
+    events another one records (a Ray worker, into its driver's trace), so that its numbers meet neither the
+    recording process's (counted from 1) nor, but by a chance of one in 2**30 for two such processes, each
+    other's. Once per process; later calls keep the place taken."""
+    global _exchange_base
+    if not _exchange_base:
+        _exchange_base = (1 + secrets.randbelow(2**30 - 1)) << 32
 
 
 def describe_error(exc: BaseException) -> str:
@@ -92,7 +106,7 @@ class ExchangeTap:
         self.call = call
         self.attempt = attempt
         self.agent = agent
-        self.exchange = next(EXCHANGES)
+        self.exchange = _exchange_base + next(EXCHANGES)
 
     def request(self, method: str, url: str, headers: Any, body: bytes | None) -> None:
         """The request, as sent."""

@@ -26,7 +26,10 @@ means in a local run, ``concurrency`` being each worker's limit of open sessions
   driver publishes them on the run's stream. So the recorder, the result's rows, the dashboard, the
   feed and ``subscribe=`` see a Ray run as they see a local one, and the trace is written by one
   recorder (readable during the run, resumable after a crash). Each ``start`` row, and every row of
-  its session, names its worker in the ``worker`` column.
+  its session, names its worker in the ``worker`` column. A worker numbers its exchanges apart from
+  the driver's and the other workers' (``exchanges_apart``), so the trace replays; it asks each
+  task's spec once for the run (``TaskSpecs``), and what its agents ask through their episodes'
+  client is captured into its stream, as in a local run.
 - A worker that dies (its process killed, its machine lost) is restarted by Ray (``restarts`` times
   at most); the episodes it had started and not reported finished get a failed ``episode`` row
   (``WorkerDiedError``) in the trace, are left out of the result, and go back into the queue with the
@@ -63,8 +66,9 @@ from ors_lab.agents.policy import Policy, as_agent
 from ors_lab.client import AsyncClient, AsyncEnvironment
 from ors_lab.client.aclient import DELETE_TIMEOUT, delete_session
 from ors_lab.client.runner import CLEANUP_TIMEOUT
-from ors_lab.client.tap import describe_error
+from ors_lab.client.tap import describe_error, exchanges_apart
 from ors_lab.client.url import server_url
+from ors_lab.evaluation.specs import TaskSpecs
 from ors_lab.events import EpisodeEvent, Event, EventStream, FinishEvent, StartEvent, wall_ns, wall_time
 from ors_lab.protocol.errors import AgentNotShippableError, WorkersLostError
 
@@ -246,7 +250,7 @@ def _connect(address: str | None) -> LocalCluster | None:
 
 @dataclass(frozen=True)
 class Job:
-    """What every worker of a run needs to know, sent once with each actor."""
+    """What every worker of a run needs to know, sent once with each actor (``split``: the one the run resolved)."""
 
     environment: str
     split: str
@@ -263,12 +267,14 @@ class Job:
 @dataclass
 class _Shipped:
     """One run as a worker holds it: its client (on the server the worker was given), agent, limit of open
-    sessions, and the episodes it has going."""
+    sessions, the specs of its tasks (each asked once by the worker, kept for the run: later shards may hold
+    more of its rollouts), and the episodes it has going."""
 
     job: Job
     client: AsyncClient
     agent: Agent
     limit: asyncio.Semaphore
+    specs: TaskSpecs
     episodes: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -281,30 +287,34 @@ class _Worker:
     episodes (each deletes its session) and returns once they have ended; ``end(run)`` forgets it.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str) -> None:  # in each process the actor runs in (again after a restart)
         self.name = name
         self.runs: dict[str, _Shipped] = {}
+        exchanges_apart()  # its exchanges go into the driver's trace: numbered apart from the driver's and the others'
 
     async def begin(self, run: str, url: str, job: Job, agent: Any, factory: Any) -> None:
         if run in self.runs:  # told again after a restart, by each of its feeders: once is enough
             return
-        self.runs[run] = _Shipped(job, AsyncClient(url, **job.client), as_agent(factory() if factory else agent),
-                                  asyncio.Semaphore(job.concurrency))  # fmt: skip
+        client = AsyncClient(url, **job.client)
+        # the specs asked on the client's stream: each on the stream of the episode asking, which captures it
+        self.runs[run] = _Shipped(job, client, as_agent(factory() if factory else agent),
+                                  asyncio.Semaphore(job.concurrency),
+                                  TaskSpecs(client.environment(job.environment), job.split))  # fmt: skip
 
     async def run(self, run: str, pairs: list[tuple[int, int]]) -> AsyncIterator[tuple[int, list[Event]]]:
         from ors_lab.evaluation.run import _episode
 
         shipped = self.runs[run]
         buffer: list[Event] = []
-        events = EventStream()
+        events = EventStream(parent=shipped.client.events)  # so that what an episode does on the client is captured
         events.subscribe(buffer.append, required=True)
         env = AsyncEnvironment(shipped.client, shipped.job.environment, events=events)
-        job, limit, agent = shipped.job, shipped.limit, shipped.agent
+        job, limit, agent, specs = shipped.job, shipped.limit, shipped.agent, shipped.specs
 
         async def one(index: int, rollout: int) -> None:
             async with limit:
                 await _episode(env, agent, job.split, index, rollout, job.max_steps, job.timeout, job.reward,
-                               job.success_threshold, job.agent_name, worker=self.name)  # fmt: skip
+                               job.success_threshold, job.agent_name, worker=self.name, specs=specs)  # fmt: skip
 
         pending = {asyncio.create_task(one(index, rollout)) for index, rollout in pairs}
         shipped.episodes |= pending

@@ -5,21 +5,30 @@
 
 How a run goes:
 
+- The split: ``split=`` when given; else the environment's only split (``SplitRequiredError``, a
+  ``ValueError`` naming them, when it has several), found before anything else is made.
 - The run has an event stream of its own, forwarding to the environment's (so a recorder on the
   caller's client sees the run too): its requests, sessions and agent events are published there.
   The recorder (``record=``), the progress view, the rows the result is built from and the
   caller's ``subscribe=`` are its subscribers. The caller's client and environment are never
   changed: two evaluations on one client at once each record into their own trace.
+- Everything the run does against the environment is on that stream, so its trace replays and a
+  replay of it can be explored (``ors_lab.evaluation.specs``): once per run, the server's
+  environments and the environment's splits and tools; each task's spec (``Episode.task``), asked
+  by the first of its episodes, shared by its other rollouts; and whatever an agent does through
+  the objects of the client it is handed (its session, the session's client, an environment got
+  from it, a session of its own), each episode being captured into the run's stream
+  (``EventStream.capture``).
 - The pairs (task index, rollout) are worked through by ``concurrency`` workers, each holding at
   most one session, so never more than ``concurrency`` sessions are open. Their requests share the
   client's connections (``AsyncClient(connections=...)``, 512 by default; the run leaves that bound
   as it is, so the client's file descriptors stay below it): a worker has at most one request in
   flight, so with ``concurrency`` above the bound, tool calls beyond it at once wait for a free
   connection. Raise the client's ``connections`` when its tools run long.
-- An episode: ``start`` event; open the session (split and index); read the prompt and the tools;
-  ``agent.run(episode)``; close the session; ``finish`` event; the episode's token ``usage`` if its
-  agent reported any; one ``episode`` event holding its outcome. The client retries
-  infrastructure failures by its rules; what still fails (and agent exceptions, and the
+- An episode: ``start`` event; its task's spec; open the session (split and index); read the
+  prompt and the tools; ``agent.run(episode)``; close the session; ``finish`` event; the episode's
+  token ``usage`` if its agent reported any; one ``episode`` event holding its outcome. The client
+  retries infrastructure failures by its rules; what still fails (and agent exceptions, and the
   per-episode ``timeout``) ends that episode as failed, with its error, and the run goes on.
 - ``record=PATH`` records everything (wire traffic, agent events, the agent's own HTTP traffic
   through ``recording_http_client``) into the trace at PATH. With ``resume=True`` and a trace
@@ -48,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -81,6 +91,7 @@ from ors_lab.client.runner import CLEANUP_TIMEOUT
 from ors_lab.client.shielding import outlast_cancel
 from ors_lab.evaluation.ray import Job, RayBackend, RayRun, client_options
 from ors_lab.evaluation.result import ANALYSIS_KINDS, EvalResult
+from ors_lab.evaluation.specs import TaskSpecs, describe, the_split
 from ors_lab.events import (
     AGENT_KINDS,
     CloseEvent,
@@ -140,7 +151,7 @@ async def aevaluate(
     env: AsyncEnvironment | Environment,
     agent: Agent | Policy,
     *,
-    split: str = "test",
+    split: str | None = None,
     tasks: int | Sequence[int] | None = None,
     rollouts: int = 1,
     concurrency: int = 8,
@@ -157,16 +168,18 @@ async def aevaluate(
 ) -> EvalResult:
     """Evaluate ``agent`` on ``env``'s ``split``; see the module docstring. Returns an ``EvalResult``.
 
-    ``tasks``: None for every task of the split, N for the first N, or a list of indices.
-    ``rollouts``: episodes per task. ``concurrency``: open sessions at most. ``max_steps``: tool
-    calls per episode at most (None: no limit). ``timeout``: seconds per episode. ``record``: a
-    trace path, or a ``Recorder`` the caller keeps open. ``resume``: continue an existing trace.
-    ``progress``: show the run live (a dashboard in a notebook, a line elsewhere). ``reward`` and
-    ``success_threshold``: how steps reduce to an episode's reward and success
-    (``ors_lab.analysis.reduce``). ``subscribe``: called with every agent event of the run
-    (``ors_lab.events``), inline. ``feed``: serve the run's events live on 127.0.0.1, on this port
-    (0: a free one) or through this ``Feed`` (``docs/feed.md``). ``backend``: None to run here, or a
-    ``RayBackend`` to run on Ray workers (``ors_lab.evaluation.ray``; ``concurrency`` is then per worker).
+    ``split``: the split to run; None for the environment's only split (``SplitRequiredError``, a
+    ``ValueError`` naming its splits, if it has several). ``tasks``: None for every task of the
+    split, N for the first N, or a list of indices. ``rollouts``: episodes per task.
+    ``concurrency``: open sessions at most. ``max_steps``: tool calls per episode at most (None: no
+    limit). ``timeout``: seconds per episode. ``record``: a trace path, or a ``Recorder`` the
+    caller keeps open. ``resume``: continue an existing trace. ``progress``: show the run live (a
+    dashboard in a notebook, a line elsewhere). ``reward`` and ``success_threshold``: how steps
+    reduce to an episode's reward and success (``ors_lab.analysis.reduce``). ``subscribe``: called
+    with every agent event of the run (``ors_lab.events``), inline. ``feed``: serve the run's
+    events live on 127.0.0.1, on this port (0: a free one) or through this ``Feed``
+    (``docs/feed.md``). ``backend``: None to run here, or a ``RayBackend`` to run on Ray workers
+    (``ors_lab.evaluation.ray``; ``concurrency`` is then per worker).
 
     Cancelled, it stops its episodes, deletes their sessions and closes the trace before raising
     ``CancelledError``; ``last_result()`` then holds the partial result.
@@ -183,7 +196,7 @@ async def aevaluate(
 
 @dataclass(frozen=True)
 class _Options:
-    split: str
+    split: str | None  # None: the environment's only split (``the_split``), resolved before the run
     tasks: int | Sequence[int] | None
     rollouts: int
     concurrency: int
@@ -214,11 +227,13 @@ async def _evaluate(
     if o.max_steps is not None and o.max_steps < 1:
         raise ValueError(f"max_steps must be 1 or more (or None), not {o.max_steps}")
     check_reduction(o.reward)
+    if o.backend is not None and not isinstance(o.backend, RayBackend):
+        raise TypeError(f"backend takes None or an ors_lab.RayBackend, not {o.backend!r}")
+    split = await the_split(aenv, o.split)
+    o = dataclasses.replace(o, split=split)
     if o.backend is None:
         return await _run(aenv, agent, o, ending, None)
-    if not isinstance(o.backend, RayBackend):
-        raise TypeError(f"backend takes None or an ors_lab.RayBackend, not {o.backend!r}")
-    job = Job(aenv.name, o.split, o.max_steps, o.timeout, o.reward, o.success_threshold, _agent_name(agent),
+    job = Job(aenv.name, split, o.max_steps, o.timeout, o.reward, o.success_threshold, _agent_name(agent),
               o.concurrency, o.backend.flush_s, client_options(aenv.client))  # fmt: skip
     ray_run = RayRun(o.backend, aenv, agent, job)
     try:
@@ -233,19 +248,21 @@ async def _run(
 ) -> EvalResult:
     """The run itself, its episodes here or on ``ray_run``'s workers."""
     __tracebackhide__ = True
+    assert o.split is not None  # resolved by _evaluate
+    split = o.split
     runner = as_agent(agent)
     agent_name = _agent_name(agent)
     events = EventStream(parent=aenv.events)
     run_env = AsyncEnvironment(aenv.client, aenv.name, events=events)
     feed = _open_feed(o.feed)  # its port first: a port in use fails the run before it makes anything
     try:
-        recorder, own_recorder, done, resumed_rows, created = _open_recorder(o.record, o.resume, aenv.name, o.split)
+        recorder, own_recorder, done, resumed_rows, created = _open_recorder(o.record, o.resume, aenv.name, split)
     except BaseException:
         if feed is not None and feed is not o.feed:
             feed.close()
         raise
     if feed is not None and o.progress:
-        print(f"eval {aenv.name}/{o.split}: live feed at {feed.url}", file=sys.stderr, flush=True)
+        print(f"eval {aenv.name}/{split}: live feed at {feed.url}", file=sys.stderr, flush=True)
     fed = False
     # the result's rows: taken from the tables the recorder writes, else made here
     rows: _RecordedRows | _ResultRows = _RecordedRows(recorder) if recorder is not None else _ResultRows()
@@ -261,26 +278,28 @@ async def _run(
     stopped_by: BaseException | None = None
     try:
         if recorder is not None:
-            subscriptions.append(
-                events.subscribe(recorder, required=True)
-            )  # from the first request: a replay needs them all
+            # from the first request: a replay needs them all
+            subscriptions.append(events.subscribe(recorder, required=True))
         if o.subscribe is not None:
             subscriptions.append(events.subscribe(o.subscribe, kinds=AGENT_KINDS))
-        keys = {pair: (aenv.name, o.split, *pair) for pair in await _episodes(run_env, o.split, o.tasks, o.rollouts)}
+        await describe(run_env, events)
+        keys = {pair: (aenv.name, split, *pair) for pair in await _episodes(run_env, split, o.tasks, o.rollouts)}
         ending.total = len(keys)
         resumed = [done[key] for key in keys.values() if key in done]
         todo = deque(pair for pair, key in keys.items() if key not in done)
+        specs = TaskSpecs(run_env, split)
+        specs.expect(index for index, _ in todo)
         records = _episode_records(resumed_rows, set(resumed)) if resumed else []
         if feed is not None:
-            fed = _begin_feed(feed, events, aenv.name, o.split, list(keys), agent_name, records)
+            fed = _begin_feed(feed, events, aenv.name, split, list(keys), agent_name, records)
         if o.progress:
-            view = _show_progress(events, aenv.name, o.split, list(keys), agent_name, records, o.success_threshold)
+            view = _show_progress(events, aenv.name, split, list(keys), agent_name, records, o.success_threshold)
 
         async def work() -> None:
             while todo:
                 index, rollout = todo.popleft()
-                await _episode(run_env, runner, o.split, index, rollout, o.max_steps, o.timeout, o.reward,
-                               o.success_threshold, agent_name)  # fmt: skip
+                await _episode(run_env, runner, split, index, rollout, o.max_steps, o.timeout, o.reward,
+                               o.success_threshold, agent_name, specs=specs)  # fmt: skip
 
         if ray_run is not None:  # its workers' events published on the run's stream, as a local run's are
             ray_run.attach(events.publish, rows.forget)
@@ -483,6 +502,7 @@ def _result(
     table = rows.table()
     if resumed_rows is not None:
         table = pa.concat_tables([_slim(_of_sessions(resumed_rows, set(resumed))), table])
+    assert o.split is not None  # resolved by _evaluate
     return EvalResult(
         table,
         environment=environment,
@@ -537,7 +557,7 @@ def evaluate(
     env: AsyncEnvironment | Environment,
     agent: Agent | Policy,
     *,
-    split: str = "test",
+    split: str | None = None,
     tasks: int | Sequence[int] | None = None,
     rollouts: int = 1,
     concurrency: int = 8,
@@ -618,7 +638,8 @@ class _RecordedRows:
 
 
 class _ResultRows:
-    """The rows of a run that records no trace, its result is built from (``ANALYSIS_KINDS``;
+    """The rows of a run that records no trace, its result is built from (``ANALYSIS_KINDS``, of its
+    episodes' sessions, named by their ``start`` events: not of a session an agent opened itself;
     requests of tool calls only).
 
     Every ``BATCH`` rows they are converted to Arrow, without the columns no frame reads, so what a
@@ -632,6 +653,7 @@ class _ResultRows:
         self._rows = Rows(Redactor(), run_id="result", t0_ns=time.monotonic_ns())
         self._tables: list[pa.Table] = []
         self._lost: set[str] = set()
+        self._sessions: set[str | None] = set()
         self._lock = threading.Lock()
 
     def forget(self, session: str) -> None:
@@ -640,6 +662,10 @@ class _ResultRows:
 
     def __call__(self, event: Event) -> None:
         if event.kind == "request" and getattr(event, "call", None) is None:
+            return
+        if event.kind == "start":
+            self._sessions.add(event.session_id)
+        elif event.session_id not in self._sessions:
             return
         with self._lock:
             self._rows.add(event)
@@ -774,9 +800,13 @@ async def _episode(
     success_threshold: float,
     agent_name: str | None = None,
     worker: str | None = None,
+    *,
+    specs: TaskSpecs | None = None,
 ) -> None:
     """Run one (task, rollout) episode to its end, publishing its events; never raises but for cancellation.
-    ``agent_name`` goes into its outcome, so its trace names the agent; ``worker`` (a Ray run's) into its start."""
+    ``agent_name`` goes into its outcome, so its trace names the agent; ``worker`` (a Ray run's) into its start.
+    ``specs`` gives the episode its task's spec. Everything done in the episode through the objects of
+    ``env``'s client is published on ``env``'s stream (captured: ``EventStream.capture``)."""
     events = env.events
     session = env.session(split=split, index=index, view=False)  # the run's own view shows its episodes
     sid = session.sid
@@ -787,13 +817,17 @@ async def _episode(
     error: BaseException | None = None
     token = None
     try:
-        async with asyncio.timeout(limit), session:
-            prompt = await session.prompt()
-            tools = await session.tools()
-            episode = Episode(session, rollout=rollout, prompt=prompt, tools=tools, max_steps=max_steps, events=events)
-            token = CURRENT_EPISODE.set(episode)
-            with contextlib.suppress(StepLimitReached):  # the limit ends the episode; not an error
-                await agent.run(episode)
+        with events.capture():
+            async with asyncio.timeout(limit):
+                task = await specs.get(index) if specs is not None else None
+                async with session:
+                    prompt = await session.prompt()
+                    tools = await session.tools()
+                    episode = Episode(session, rollout=rollout, prompt=prompt, tools=tools, max_steps=max_steps,
+                                      events=events, task=task)  # fmt: skip
+                    token = CURRENT_EPISODE.set(episode)
+                    with contextlib.suppress(StepLimitReached):  # the limit ends the episode; not an error
+                        await agent.run(episode)
     except Exception as exc:  # the episode failed; the run goes on
         error = exc
         if REPORTED not in getattr(exc, "__notes__", ()):

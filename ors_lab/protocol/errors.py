@@ -4,6 +4,7 @@
 
     ORSError                        anything ors_lab raises on purpose; carries session_id, task_id, request
     ├── InvalidURLError             a server URL without http:// or https://, or without a host (also a ValueError)
+    ├── SplitRequiredError          no split given to evaluate, and several (or none) to choose (also a ValueError)
     ├── ServerError                 the server answered an HTTP error status (after the retries allowed)
     │   ├── SessionNotFoundError    404 "Active environment not found": unknown, expired or deleted session
     │   ├── EnvironmentStartingError  503 "x-backend-state: starting" for longer than the client waits
@@ -90,6 +91,7 @@ __all__ = [
     "ServerError",
     "SessionClosedError",
     "SessionNotFoundError",
+    "SplitRequiredError",
     "StreamError",
     "TaskIndexError",
     "ToolError",
@@ -275,6 +277,17 @@ class InvalidURLError(ORSError, ValueError):
     def __init__(self, message: str, *, url: str, **context: Any) -> None:
         super().__init__(message, **context)
         self.url = url
+
+
+class SplitRequiredError(ORSError, ValueError):
+    """``evaluate`` was given no split, and ``environment`` has several (or none) to choose from: ``available``."""
+
+    context_in_message = False
+
+    def __init__(self, message: str, *, environment: str, available: list[str], **context: Any) -> None:
+        super().__init__(message, **context)
+        self.environment = environment
+        self.available = list(available)
 
 
 class MalformedResponseError(ORSError):

@@ -160,7 +160,8 @@ def test_arguments_that_are_not_one_json_object_are_refused(arguments: str, why:
 )  # fmt: skip
 def test_a_stream_cut_short_is_an_incomplete_stream(data: bytes) -> None:
     """No finish reason and no [DONE]: ``IncompleteStreamError`` saying how far it got and the call left open."""
-    with pytest.raises(IncompleteStreamError, match="incomplete stream: the answer ended with no finish_reason and no \\[DONE\\]") as caught:
+    cut = "incomplete stream: the answer ended with no finish_reason and no \\[DONE\\]"
+    with pytest.raises(IncompleteStreamError, match=cut) as caught:
         read(data, step=4)
     if b"arguments" in data:
         assert "tool call c (f) was open" in str(caught.value)

@@ -4,12 +4,16 @@
   expected reward of (task, rollout) is `expected_reward(split, index, rollout)`.
 - `stepping_policy`: calls `step` with 1, 2, 3: rewards 0.1, 0.2, 0.3, finished at 3.
 - `slow_lab_policy`, `slower_lab_policy`: `lab_policy` after an async sleep (to catch runs part-way).
+- `task_policy`: submits the answer its task's spec holds (`Observation.task`): reward 1 everywhere.
+- `echo_once`: echoes `echo`'s prompt once (reward `ECHO_REWARD`), then stops.
+- `Curious`: an agent asking the environment more through what its episode hands it, then right.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from ors_lab.agents.episode import Episode
 from ors_lab.agents.policy import Observation, ToolCall
 from tests.envs.common import LAB_TASKS, lab_reward
 
@@ -49,3 +53,31 @@ async def slower_lab_policy(obs: Observation) -> ToolCall | None:
 def stepping_policy(obs: Observation) -> tuple[str, dict[str, int]]:
     """step(1), step(2), step(3), ... until the episode finishes."""
     return ("step", {"value": obs.step + 1})
+
+
+def task_policy(obs: Observation) -> ToolCall | None:
+    """Submit once the answer the task's spec holds, then stop."""
+    assert obs.task is not None
+    return None if obs.step else ToolCall("submit", {"answer": obs.task.spec["answer"]})
+
+
+def echo_once(obs: Observation) -> ToolCall | None:
+    """Echo the prompt once, then stop."""
+    return None if obs.step else ToolCall("echo", {"text": obs.prompt})
+
+
+class Curious:
+    """Asks the environment more through what its episode hands it (the session's client, an environment got
+    from that client, a session of its own on it), then submits the answer of the task that client gave it."""
+
+    async def run(self, episode: Episode) -> None:
+        assert episode.split is not None and episode.index is not None
+        client = episode.session.client
+        env = client.environment(episode.environment)
+        await client.environments()
+        task = await env.task(episode.split, episode.index)
+        [same] = await env.task_range(episode.split, episode.index, episode.index + 1)
+        assert same == task
+        async with env.session(split=episode.split, index=episode.index, view=False) as own:
+            await own.prompt()
+        await episode.call("submit", {"answer": task.spec["answer"]})

@@ -32,8 +32,17 @@ from ors_lab.evaluation import aevaluate, evaluate
 from ors_lab.evaluation.ray import RayBackend, WorkerPool
 from ors_lab.events import Event
 from ors_lab.feed import FeedReader, FeedState
+from tests.envs.common import ECHO_TASKS, LAB_TASKS
 from tests.envs.counting_envs import live_sessions
-from tests.evaluation.policies import expected_reward, lab_policy, slow_lab_policy, slower_lab_policy
+from tests.evaluation.policies import (
+    Curious,
+    echo_once,
+    expected_reward,
+    lab_policy,
+    slow_lab_policy,
+    slower_lab_policy,
+    task_policy,
+)
 from tests.notebook.test_run_view import figures
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -112,6 +121,34 @@ def test_ray_and_local_runs_give_the_same_result(
     assert pc.all(pc.is_valid(table["worker"])).as_py()
     assert set(workers["worker_min"].to_pylist()) == {"w0", "w1"}
     pd.testing.assert_frame_equal(trace.episodes.drop(columns=list(TIMES)), on_ray.episodes.drop(columns=list(TIMES)))
+
+
+def test_ray_episodes_get_their_tasks_the_split_and_record_what_their_agents_ask(
+    ors_sdk_server: ServerProcess, tmp_path: Path, two: RayBackend
+) -> None:
+    """On Ray workers as here: each episode is given its task (asked once per task by each worker at most),
+    what its agent asks through its episode's client is in the trace and replays, and without split= an
+    environment's only split is run."""
+    path = tmp_path / "ray.parquet"
+    with Client(ors_sdk_server.url) as client:
+        lab = client.environment("lab")
+        told = evaluate(lab, task_policy, split="train", rollouts=4, progress=False, record=path, backend=two)
+        curious = evaluate(lab, Curious(), split="test", progress=False, record=path, backend=two)
+        echo = evaluate(client.environment("echo"), echo_once, progress=False, backend=two)
+    assert told.errors.empty and set(told.episodes["reward"]) == {1.0}
+    table = ol.load_trace(path).table
+    requests = table.filter(pc.equal(table["kind"], "request"))
+    asked = Counter(url.split("/", 3)[3] for url in requests["url"].to_pylist())
+    bodies = [json.loads(body) for body, url in zip(requests["body"].to_pylist(), requests["url"].to_pylist(),
+                                                     strict=True) if url.endswith("/lab/task")]  # fmt: skip
+    train = Counter(body["index"] for body in bodies if body["split"] == "train")
+    assert set(train) == {0, 1, 2} and max(train.values()) <= 2  # each train task asked at most once per worker
+    assert curious.errors.empty and asked["lab/task_range"] == len(LAB_TASKS["test"])
+    with ol.ReplayServer(path, speed=0) as server, Client(server.url) as client:
+        again = evaluate(client.environment("lab"), Curious(), split="test", progress=False)
+    assert again.errors.empty, list(again.errors["error"])
+    assert list(again.episodes["reward"]) == list(curious.episodes["reward"])
+    assert echo.split == "dev" and list(echo.episodes["split"]) == ["dev"] * len(ECHO_TASKS["dev"])
 
 
 class LockedAgent:

@@ -12,9 +12,11 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow.compute as pc
 import pytest
@@ -30,6 +32,7 @@ from ors_lab import (
     TraceExistsError,
     load_trace,
 )
+from ors_lab.agents.episode import Episode
 from ors_lab.agents.policy import Observation, ToolCall
 from ors_lab.analysis import finished_episodes
 from ors_lab.demo.agent import DemoAgent
@@ -37,8 +40,16 @@ from ors_lab.demo.launch import ServerProcess
 from ors_lab.evaluation import aevaluate, evaluate
 from ors_lab.events import AgentEvent
 from tests.conftest import REPO_ROOT
-from tests.envs.common import LAB_TASKS
-from tests.evaluation.policies import expected_reward, lab_policy, slow_lab_policy, stepping_policy
+from tests.envs.common import ECHO_REWARD, ECHO_TASKS, LAB_TASKS
+from tests.evaluation.policies import (
+    Curious,
+    echo_once,
+    expected_reward,
+    lab_policy,
+    slow_lab_policy,
+    stepping_policy,
+    task_policy,
+)
 
 
 @pytest.fixture
@@ -686,3 +697,148 @@ def test_a_raising_or_slow_subscriber_breaks_and_slows_nothing(ors_sdk_server: S
     assert late and late[0].t_ns > 0 and subscription.dropped > 0  # type: ignore[attr-defined]
     first_seen = late[0].t_ns
     assert all(event.t_ns >= first_seen for event in late)
+
+
+# -- what an episode does against the environment: recorded, and replayed -------------------------------
+
+
+def _requests(path: Path) -> Counter[str]:
+    """How many requests of each `METHOD /path` the trace holds."""
+    table = load_trace(path).table
+    requests = table.filter(pc.equal(table["kind"], "request"))
+    pairs = zip(requests["method"].to_pylist(), requests["url"].to_pylist(), strict=True)
+    return Counter(f"{method} {urlsplit(url).path}" for method, url in pairs)
+
+
+def _bodies(path: Path, what: str) -> list[Any]:
+    """The JSON bodies of the trace's `what` (`METHOD /path`) requests, in order."""
+    method, route = what.split(" ")
+    table = load_trace(path).table
+    rows = table.filter(pc.equal(table["kind"], "request")).to_pylist()
+    return [json.loads(row["body"]) for row in rows if row["method"] == method and urlsplit(row["url"]).path == route]
+
+
+def test_what_an_agent_asks_through_its_episodes_client_is_recorded_and_replays(
+    reference_server: ServerProcess, tmp_path: Path
+) -> None:
+    """What an agent asks through its session's client (the environments, a task, a task range, a session of
+    its own) is in the run's trace, and the run replays against it: same rewards, no mismatch."""
+    path = tmp_path / "run.parquet"
+    with Client(reference_server.url) as client:
+        live = evaluate(client.environment("lab"), Curious(), split="train", concurrency=3, record=path,
+                        progress=False)  # fmt: skip
+    assert live.errors.empty and list(live.episodes["reward"]) == [1.0, 1.0, 1.0]
+    assert _requests(path)["POST /lab/task_range"] == 3  # the agent's: one an episode
+    sessions = set(load_trace(path).sessions["session_id"])
+    assert len(sessions) == 6 and set(live.episodes["session_id"]) < sessions  # the episodes', and the agent's own
+    with ReplayServer(path, speed=0) as server, Client(server.url) as client:
+        again = evaluate(client.environment("lab"), Curious(), split="train", concurrency=3, progress=False)
+    assert again.errors.empty, list(again.errors["error"])
+    assert list(again.episodes["reward"]) == list(live.episodes["reward"])
+
+
+async def test_two_evaluations_on_one_client_each_record_what_their_agents_ask(
+    ors_sdk_server: ServerProcess, tmp_path: Path
+) -> None:
+    """Two evaluations at once on one client, their agents asking through their episodes' client: each trace
+    holds its own agent's requests and sessions only, and the client is left as it was."""
+    async with AsyncClient(ors_sdk_server.url) as client:
+        lab = client.environment("lab")
+        await asyncio.gather(
+            aevaluate(lab, Curious(), split="train", record=tmp_path / "a.parquet", progress=False),
+            aevaluate(lab, Curious(), split="test", record=tmp_path / "b.parquet", progress=False),
+        )
+        assert not client.events.active and lab.events is client.events
+    for name, split in (("a", "train"), ("b", "test")):
+        path = tmp_path / f"{name}.parquet"
+        ranges = _bodies(path, "POST /lab/task_range")
+        assert len(ranges) == len(LAB_TASKS[split]) and {body["split"] for body in ranges} == {split}
+        sessions = load_trace(path).sessions
+        assert len(sessions) == 2 * len(LAB_TASKS[split]) and set(sessions["split"]) == {split}
+
+
+class Recall:
+    """Submits the answer of the task its episode was given, and keeps each episode's task."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[tuple[int | None, int], ol.Task | None] = {}
+
+    async def run(self, episode: Episode) -> None:
+        self.tasks[(episode.index, episode.rollout)] = episode.task
+        assert episode.task is not None
+        await episode.call("submit", {"answer": episode.task.spec["answer"]})
+
+
+def test_each_episode_is_given_its_task_asked_once_per_task(reference_server: ServerProcess, tmp_path: Path) -> None:
+    """`episode.task` is its task's spec as `env.task` gives it, asked once per task for all its rollouts (at
+    once), recorded: an evaluation of the trace's replay gives its episodes the same tasks."""
+    path = tmp_path / "run.parquet"
+    agent, replayed = Recall(), Recall()
+    with Client(reference_server.url) as client:
+        lab = client.environment("lab")
+        tasks = {index: lab.task("train", index) for index in range(3)}
+        result = evaluate(lab, agent, split="train", rollouts=3, concurrency=9, record=path, progress=False)
+    assert agent.tasks == {(index, rollout): tasks[index] for index in range(3) for rollout in range(3)}
+    assert result.errors.empty and set(result.episodes["reward"]) == {1.0}
+    assert _requests(path)["POST /lab/task"] == 3
+    assert sorted(body["index"] for body in _bodies(path, "POST /lab/task")) == [0, 1, 2]
+    with ReplayServer(path, speed=0) as server, Client(server.url) as client:
+        again = evaluate(client.environment("lab"), replayed, split="train", rollouts=3, concurrency=9,
+                         progress=False)  # fmt: skip
+    assert again.errors.empty and replayed.tasks == agent.tasks
+
+
+def test_a_policy_sees_its_task(ors_sdk_server: ServerProcess) -> None:
+    """A plain policy's `Observation.task` is its episode's task: answering from it is right on every task."""
+    with Client(ors_sdk_server.url) as client:
+        result = evaluate(client.environment("lab"), task_policy, split="test", progress=False)
+    assert list(result.episodes["reward"]) == [1.0] * len(LAB_TASKS["test"])
+
+
+def test_a_trace_recorded_before_runs_asked_for_their_tasks_still_replays() -> None:
+    """The committed demo trace (recorded before an evaluation described its environment and asked for its
+    tasks) replays an evaluation as before: every episode as recorded, no mismatch, `episode.task` None."""
+    seen: list[ol.Task | None] = []
+
+    class Watching(DemoAgent):
+        async def run(self, episode: Episode) -> None:
+            seen.append(episode.task)
+            await super().run(episode)
+
+    trace = REPO_ROOT / "recordings" / "demo.parquet"
+    with ReplayServer(trace, speed=0) as server, Client(server.url) as client:
+        result = evaluate(client.environment("arithmetic"), Watching(pace=0), split="test", rollouts=2,
+                          progress=False)  # fmt: skip
+    assert result.errors.empty and len(result.episodes) == 20
+    assert seen == [None] * 20
+
+
+# -- the split, when none is given --------------------------------------------------------------------
+
+
+def test_without_a_split_an_environment_with_one_split_is_run_on_it(
+    reference_server: ServerProcess, tmp_path: Path
+) -> None:
+    """evaluate() without split= on `echo`, whose only split is `dev`, runs `dev`: its result and trace say so."""
+    path = tmp_path / "run.parquet"
+    with Client(reference_server.url) as client:
+        result = evaluate(client.environment("echo"), echo_once, record=path, progress=False)
+    assert result.split == "dev" and repr(result).startswith("EvalResult(echo/dev: 2 episodes")
+    assert list(result.episodes["split"]) == ["dev"] * len(ECHO_TASKS["dev"])
+    assert list(result.episodes["reward"]) == [ECHO_REWARD] * len(ECHO_TASKS["dev"])
+    assert set(load_trace(path).episodes["split"]) == {"dev"}
+
+
+async def test_without_a_split_an_environment_with_several_is_a_clear_error(
+    reference_server: ServerProcess, tmp_path: Path
+) -> None:
+    """aevaluate() without split= on `lab` (train and test) raises SplitRequiredError, a ValueError naming the
+    splits and saying to pass split=, before any session or trace is made."""
+    path = tmp_path / "run.parquet"
+    async with AsyncClient(reference_server.url) as client:
+        with pytest.raises(ValueError, match=r"^environment 'lab' has 2 splits: train, test; pass split= to say "
+                           r"which one to evaluate$") as caught:  # fmt: skip
+            await aevaluate(client.environment("lab"), lab_policy, record=path, progress=False)
+    assert isinstance(caught.value, ol.SplitRequiredError)
+    assert (caught.value.environment, caught.value.available) == ("lab", ["train", "test"])
+    assert os.listdir(tmp_path) == []  # no trace, nor its parts

@@ -123,7 +123,7 @@ def test_ors_lab_watch_shows_the_live_dashboard_in_a_browser(demo_server: Server
             page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
             page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
                     if m.type in ("error", "warning") else None)  # fmt: skip
-            run = subprocess.Popen([*CLI, "eval", demo_server.url, "--env", "guessing", "--agent",
+            run = subprocess.Popen([*CLI, "eval", demo_server.url, "--env", "guessing", "--split", "test", "--agent",
                                     "tests.feed.agents:SLOW", "--rollouts", "3", "--concurrency", "2", "--out",
                                     str(tmp_path / "run.parquet"), "--feed", "0"], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)  # fmt: skip
@@ -180,8 +180,9 @@ def test_a_bad_feed_is_one_line_from_the_commands(demo_server: ServerProcess, tm
         done = run_cli("watch", f"http://127.0.0.1:{closed}", cwd=tmp_path)
         assert_one_line(done, "watch", f"cannot reach the live feed at http://127.0.0.1:{closed}/events: "
                                        "connection refused")  # fmt: skip
-        done = run_cli("eval", demo_server.url, "--env", "guessing", "--agent", "tests.feed.agents:SLOW", "--out",
-                       "runs/x.parquet", "--feed", str(port), cwd=tmp_path)  # fmt: skip
+        done = run_cli("eval", demo_server.url, "--env", "guessing", "--split", "test", "--agent",
+                       "tests.feed.agents:SLOW", "--out", "runs/x.parquet", "--feed", str(port),
+                       cwd=tmp_path)  # fmt: skip
         assert_one_line(done, "eval", f"cannot listen on 127.0.0.1:{port}", "in use")
     assert list(tmp_path.iterdir()) == []
     usage = run_cli("watch", "http://127.0.0.1:9/events", "--port", "70000", cwd=tmp_path)

@@ -137,15 +137,15 @@ def test_a_port_in_use_is_one_line_and_leaves_nothing(tmp_path: Path, taken_port
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+LAB_POLICY = ["--agent", "tests.evaluation.policies:lab_policy"]
+
+
 def test_an_unreachable_server_is_one_line(tmp_path: Path, closed_port: int) -> None:
     """eval against a port nobody listens on: one line saying the server cannot be reached, status 1, no trace."""
     url = f"http://127.0.0.1:{closed_port}"
-    args = ["eval", url, "--env", "lab", "--agent", "tests.evaluation.policies:lab_policy", "--out", "x.parquet"]
+    args = ["eval", url, "--env", "lab", "--split", "test", *LAB_POLICY, "--out", "x.parquet"]
     assert_one_line(run(*args, cwd=tmp_path), "eval", f"cannot reach the ORS server at {url}: connection refused")
     assert list(tmp_path.iterdir()) == []
-
-
-LAB_POLICY = ["--agent", "tests.evaluation.policies:lab_policy"]
 
 
 @pytest.mark.parametrize(
@@ -154,7 +154,7 @@ LAB_POLICY = ["--agent", "tests.evaluation.policies:lab_policy"]
         (["{url}", "--env", "nope"], "unknown environment 'nope' at {url}; its environments: lab, echo"),
         (["{url}", "--env", "lab", "--split", "nope"], "unknown split 'nope' of environment 'lab'; its splits: "
                                                        "train, test"),
-        (["{url}", "--env", "lab", "--tasks", "9"], "tasks=9: split 'test' of 'lab' has 2 tasks"),
+        (["{url}", "--env", "lab", "--split", "test", "--tasks", "9"], "tasks=9: split 'test' of 'lab' has 2 tasks"),
         (["{host}", "--env", "lab"], "'{host}' is not a server URL: it has no http:// or https://; did you mean "
                                      "'http://{host}'?"),
     ],
@@ -178,7 +178,7 @@ def test_an_existing_trace_is_continued_refused_or_replaced_by_flags(
 ) -> None:
     """--no-resume on a trace names the flags that continue or replace it, and leaves it whole; a failed run
     that continues it keeps its episodes; --overwrite replaces it; --resume with --overwrite is a usage error."""
-    args = ["eval", ors_sdk_server.url, "--env", "lab", *LAB_POLICY, "--out", "x.parquet"]
+    args = ["eval", ors_sdk_server.url, "--env", "lab", "--split", "test", *LAB_POLICY, "--out", "x.parquet"]
     assert run(*args, "--tasks", "1", cwd=tmp_path).returncode == 0
     trace = tmp_path / "x.parquet"
     before = trace.read_bytes()
@@ -224,7 +224,7 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path: Path) -> None:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        args = ["eval", url, "--env", "lab", "--agent", "tests.evaluation.policies:lab_policy", "--out", "x.parquet"]
+        args = ["eval", url, "--env", "lab", "--split", "test", *LAB_POLICY, "--out", "x.parquet"]
         proc = subprocess.Popen([*CLI, *args], stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV)
         try:
             deadline = time.monotonic() + 30

@@ -66,7 +66,8 @@ def test_tree_drawing_parsed() -> None:
     assert TREE["TaskIndexError"] == {"ServerError"} and TREE["TraceNotFoundError"] == {"TraceFormatError"}
     assert TREE["TraceTooLargeError"] == {"TraceFormatError"}
     assert TREE["AgentNotShippableError"] == {"ORSError"} and TREE["WorkersLostError"] == {"ORSError"}
-    assert len(TREE) == 27
+    assert TREE["SplitRequiredError"] == {"ORSError"}
+    assert len(TREE) == 28
 
 
 @pytest.mark.parametrize(("name", "parents"), sorted(TREE.items()))

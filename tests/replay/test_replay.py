@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import ors_lab as ol
 from ors_lab.recording.proxy import serve_proxy
 from ors_lab.replay.forward import ForwardingReplay
 from tests.envs import common
+from tests.evaluation.policies import lab_policy
 from tests.recording.test_proxy import run_official
 
 
@@ -390,3 +392,51 @@ def test_replay_transport_serves_a_sync_httpx2_client(echo_trace: Path) -> None:
     assert body.startswith("event: task_id\r\ndata: ")
     assert '"text":"a"' in body
     assert body.endswith("\r\n\r\n")
+
+
+# -- a replay of an evaluation, explored -----------------------------------------------------------------
+
+
+def _described(client: ol.Client) -> dict[str, Any]:
+    """What a notebook asks of a server about `lab`: its environments, splits, tools, and train tasks 0 and 2."""
+    lab = client.environment("lab")
+    return {"environments": client.environments(), "splits": lab.splits(), "tools": lab.tools(),
+            "tasks": [lab.task("train", index) for index in (0, 2)]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory: pytest.TempPathFactory, reference_server: Any) -> tuple[Path, dict[str, Any]]:
+    """An evaluation of lab's train tasks 0 and 2 on each reference server, recorded (its own trace, nothing
+    but the run), and what the live server says of lab."""
+    path = tmp_path_factory.mktemp("evaluated") / f"{reference_server.sdk}.parquet"
+    with ol.Client(reference_server.url) as client:
+        live = _described(client)
+        ol.evaluate(client.environment("lab"), lab_policy, split="train", tasks=[0, 2], rollouts=2, record=path,
+                    progress=False)  # fmt: skip
+    return path, live
+
+
+@pytest.mark.parametrize("face", ["ReplayServer", "ReplayTransport"])
+def test_a_replayed_evaluation_answers_what_describes_its_environment(
+    evaluated: tuple[Path, dict[str, Any]], face: str
+) -> None:
+    """A replay of an evaluation's trace answers environments(), splits(), tools() and task() of the tasks it
+    ran as the live server did, for a notebook exploring it."""
+    path, live = evaluated
+    if face == "ReplayServer":
+        with ol.ReplayServer(path, speed=0) as server, ol.Client(server.url) as client:
+            assert _described(client) == live
+    else:
+        with ol.Client("http://replay.invalid", transport=ol.ReplayTransport(path)) as client:
+            assert _described(client) == live
+
+
+def test_an_evaluation_describes_its_environment_once_per_run(evaluated: tuple[Path, dict[str, Any]]) -> None:
+    """The trace of one run of 4 episodes holds one request for the environments, the splits and the tools,
+    and one for each task it ran, outside any session."""
+    path, _ = evaluated
+    table = ol.load_trace(path).table
+    rows = [row for row in table.to_pylist() if row["kind"] == "request" and row["session_id"] is None]
+    asked = Counter(f"{row['method']} {row['url'].split('/', 3)[3]}" for row in rows)
+    described = ("GET list_environments", "GET lab/splits", "GET lab/tools", "POST lab/task")
+    assert [asked[what] for what in described] == [1, 1, 1, 2]
