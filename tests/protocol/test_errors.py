@@ -66,8 +66,10 @@ def test_tree_drawing_parsed() -> None:
     assert TREE["TaskIndexError"] == {"ServerError"} and TREE["TraceNotFoundError"] == {"TraceFormatError"}
     assert TREE["TraceTooLargeError"] == {"TraceFormatError"}
     assert TREE["AgentNotShippableError"] == {"ORSError"} and TREE["WorkersLostError"] == {"ORSError"}
-    assert TREE["SplitRequiredError"] == {"ORSError"}
-    assert len(TREE) == 28
+    assert TREE["SplitRequiredError"] == {"ORSError"} and TREE["EventNotRecordedError"] == {"ORSError"}
+    assert TREE["IncompleteStreamError"] == TREE["MalformedChunkError"] == {"ProviderStreamError"}
+    assert TREE["ProviderStreamError"] == TREE["ProviderReportedError"] == {"ProviderError"}
+    assert len(TREE) == 34
 
 
 @pytest.mark.parametrize(("name", "parents"), sorted(TREE.items()))

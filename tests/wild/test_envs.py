@@ -312,12 +312,14 @@ class Case:
     agent: Callable[[], object]
     concurrency: int
     reward: Callable[[int], float]
+    given: bool = True
+    """Whether the run is told its split (gsm8k's is not: its one split is the default, live and replayed)."""
 
 
 CASES = [
     # one session at a time: each game is its seed's, so each rollout earns what the game earns alone
     Case("game2048", "test", GameAgent, 1, game_reward),
-    Case("gsm8k", "train", WordProblemAgent, 8, lambda index: 1.0 - index % 2),
+    Case("gsm8k", "train", WordProblemAgent, 8, lambda index: 1.0 - index % 2, given=False),
     Case("port", "test", PortAgent, 8, lambda index: w.PORT_FULL_REWARD),
 ]
 EPISODE_KEYS = ["environment", "split", "task_index", "rollout", "reward", "total_reward", "final_reward", "finished",
@@ -332,9 +334,9 @@ def test_scripted_runs_record_replay_check_and_report(
     """A scripted agent's run, recorded, earns each task's known reward; replayed offline (speed 0) it gives
     the same episodes, steps and tasks; its trace passes `ors-lab check`; its report builds with every episode."""
     path = tmp_path / "run.parquet"
-    # split= given: the default split "test" is not gsm8k's (the default's change is another branch's)
+    split = case.split if case.given else None
     with ol.Client(wild_server.url) as client:
-        live = ol.evaluate(client.environment(case.env), case.agent(), split=case.split, rollouts=2,
+        live = ol.evaluate(client.environment(case.env), case.agent(), split=split, rollouts=2,
                            concurrency=case.concurrency, record=path, progress=False)  # fmt: skip
     tasks = len({"game2048": w.GAME_TASKS, "gsm8k": w.GSM8K_TASKS, "port": w.PORT_TASKS}[case.env][case.split])
     assert live.errors.empty and len(live) == 2 * tasks
@@ -343,7 +345,7 @@ def test_scripted_runs_record_replay_check_and_report(
         assert row.finished is True and row.finish_reason == "stop"
     trace = ol.load_trace(path)
     with ol.ReplayServer(trace, speed=0) as replay, ol.Client(replay.url) as client:
-        replayed = ol.evaluate(client.environment(case.env), case.agent(), split=case.split, rollouts=2,
+        replayed = ol.evaluate(client.environment(case.env), case.agent(), split=split, rollouts=2,
                                concurrency=case.concurrency, progress=False)  # fmt: skip
     pd.testing.assert_frame_equal(replayed.episodes[EPISODE_KEYS], live.episodes[EPISODE_KEYS])
     pd.testing.assert_frame_equal(replayed.steps[STEP_KEYS], live.steps[STEP_KEYS])
