@@ -4,6 +4,8 @@ Servers are session-scoped and started lazily, once per test session, on 127.0.0
 
 - `ors_sdk_server`, `openreward_server`: `tests/envs/*_envs.py` on each reference server.
 - `reference_server`: parametrised over both (ids `ors-sdk`, `openreward`).
+- `quick_ping_server`: the same, on servers that ping a running call every 2 s, not 10
+  (`tests/envs/quick_pings.py`): for the tests that need a ping, not the real interval.
 - `demo_server`: the bundled demo environments (`ors_lab.demo.env`) on ors-sdk.
 - `counting_server`: `lab` on ors-sdk, writing the sessions it holds to a file (`tests/envs/counting_envs.py`).
 - `cutting_proxy`: a factory, `cutting_proxy(upstream_url, **options) -> CuttingProxy`.
@@ -32,6 +34,7 @@ SPECS = {
     "ors-sdk": "tests.envs.ors_sdk_envs:ENVIRONMENTS",
     "openreward": "tests.envs.openreward_envs:ENVIRONMENTS",
 }
+QUICK_PING_SPECS = {"ors-sdk": "tests.envs.quick_pings:ORS_SDK", "openreward": "tests.envs.quick_pings:OPENREWARD"}
 # The children import `tests.envs.*` from the repo root whatever directory pytest runs in.
 _CHILD_ENV = {"PYTHONPATH": str(REPO_ROOT)}
 
@@ -54,6 +57,28 @@ def openreward_server() -> Iterator[ServerProcess]:
 def reference_server(request: pytest.FixtureRequest) -> ServerProcess:
     """Each reference server in turn (the same two processes as the single fixtures)."""
     name = "ors_sdk_server" if request.param == "ors-sdk" else "openreward_server"
+    server: ServerProcess = request.getfixturevalue(name)
+    return server
+
+
+@pytest.fixture(scope="session")
+def quick_ping_ors_sdk_server() -> Iterator[ServerProcess]:
+    """The test environments on ors-sdk, pinging a running call every `common.QUICK_PING_S` seconds."""
+    with serve(QUICK_PING_SPECS["ors-sdk"], sdk="ors-sdk", env=_CHILD_ENV) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def quick_ping_openreward_server() -> Iterator[ServerProcess]:
+    """The test environments on openreward, pinging a running call every `common.QUICK_PING_S` seconds."""
+    with serve(QUICK_PING_SPECS["openreward"], sdk="openreward", env=_CHILD_ENV) as server:
+        yield server
+
+
+@pytest.fixture(scope="session", params=["ors-sdk", "openreward"], ids=["ors-sdk", "openreward"])
+def quick_ping_server(request: pytest.FixtureRequest) -> ServerProcess:
+    """Each quick-ping server in turn (the same two processes as the single fixtures)."""
+    name = "quick_ping_ors_sdk_server" if request.param == "ors-sdk" else "quick_ping_openreward_server"
     server: ServerProcess = request.getfixturevalue(name)
     return server
 

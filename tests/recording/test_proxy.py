@@ -21,6 +21,7 @@ import pytest
 import ors_lab as ol
 from ors_lab.recording.proxy import serve_proxy
 from tests import official
+from tests.envs import common
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,24 +76,24 @@ def test_official_client_through_the_proxy(
         assert (events["status"] == 308).sum() >= 1  # the redirects went back to the client
 
 
-@pytest.mark.slow
-async def test_pings_stream_through_unbuffered(ors_sdk_server: Any, tmp_path: Path) -> None:
+async def test_pings_stream_through_unbuffered(quick_ping_ors_sdk_server: Any, tmp_path: Path) -> None:
     """A ping reaches the client through the proxy when the server sends it, not at the end."""
     seen: list[tuple[str, float]] = []
+    ping_s = common.QUICK_PING_S
 
     def sink(event: Any) -> None:
         seen.append((event.kind, time.monotonic()))
 
-    with ol.Recorder(tmp_path / "proxy.parquet") as rec, serve_proxy(ors_sdk_server.url, rec) as url:
+    with ol.Recorder(tmp_path / "proxy.parquet") as rec, serve_proxy(quick_ping_ors_sdk_server.url, rec) as url:
         async with ol.AsyncClient(url, recorder=sink) as client:
             async with client.environment("lab").session(split="test", index=0) as session:
                 started = time.monotonic()
-                result = await session.call("slow", {"seconds": 12})
+                result = await session.call("slow", {"seconds": ping_s + 1.5})
     assert result.text == "slept"
     ping_at = next(at for kind, at in seen if kind == "comment") - started
     end_at = next(at for kind, at in seen if kind == "result") - started
-    assert 9.5 < ping_at < 11.0
-    assert end_at > 11.9
+    assert ping_s - 0.5 < ping_at < ping_s + 1.0
+    assert end_at > ping_s + 1.4
     trace = ol.load_trace(tmp_path / "proxy.parquet")
     assert trace.calls.loc[0, "pings"] == 1
 
