@@ -14,7 +14,7 @@ import ors_lab as ol
 from ors_lab.recording.proxy import serve_proxy
 from ors_lab.replay.forward import ForwardingReplay
 from tests.envs import common
-from tests.recording.test_proxy import run_official
+from tests.recording.test_proxy import official_client
 
 
 def script(url: str, transport: Any = None, recorder: Any = None) -> list[Any]:
@@ -100,11 +100,12 @@ def test_official_clients_replay_what_the_proxy_recorded(
     """An official client's session recorded through the proxy replays to identical results."""
     server = request.getfixturevalue(f"{sdk.replace('-', '_')}_server")
     path = tmp_path / "official.parquet"
-    with ol.Recorder(path) as rec, serve_proxy(server.url, rec) as url:
-        live = run_official(sdk, url, *flags)
-    with ol.ReplayServer(path, speed=0) as replay:
-        assert run_official(sdk, replay.url, *flags) == live
-        assert replay.unplayed() == []
+    with official_client(sdk, *flags) as run_official:
+        with ol.Recorder(path) as rec, serve_proxy(server.url, rec) as url:
+            live = run_official(url)
+        with ol.ReplayServer(path, speed=0) as replay:
+            assert run_official(replay.url) == live
+            assert replay.unplayed() == []
 
 
 def test_mismatch_names_the_request_the_field_and_how_to_record(recorded: tuple[Path, list[Any]]) -> None:
