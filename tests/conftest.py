@@ -4,6 +4,8 @@ Servers are session-scoped and started lazily, once per test session, on 127.0.0
 
 - `ors_sdk_server`, `openreward_server`: `tests/envs/*_envs.py` on each reference server.
 - `reference_server`: parametrised over both (ids `ors-sdk`, `openreward`).
+- `quick_ping_server` (and its two halves): the test environments on servers that ping a running
+  call every 2 s, not 10 (`tests/envs/quick_pings.py`): for the tests that need a ping, not the real interval.
 - `wild_ors_sdk_server`, `wild_openreward_server`, `wild_server` (both in turn): the environments in the
   shapes public ones have (`tests/envs/wild_*.py`) on each reference server.
 - `demo_server`: the bundled demo environments (`ors_lab.demo.env`) on ors-sdk.
@@ -27,6 +29,7 @@ import pytest
 from ors_lab.demo.launch import ServerProcess, serve
 from ors_lab.notebook import settings
 from tests.cutting_proxy import CuttingProxy
+from tests.envs.common import QUICK_PING_S
 from tests.envs.counting_envs import LIVE_FILE_VAR
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +41,7 @@ WILD_SPECS = {
     "ors-sdk": "tests.envs.wild_ors_sdk:ENVIRONMENTS",
     "openreward": "tests.envs.wild_openreward:ENVIRONMENTS",
 }
+QUICK_PING_SPECS = {"ors-sdk": "tests.envs.quick_pings:ORS_SDK", "openreward": "tests.envs.quick_pings:OPENREWARD"}
 # The children import `tests.envs.*` from the repo root whatever directory pytest runs in.
 _CHILD_ENV = {"PYTHONPATH": str(REPO_ROOT)}
 
@@ -64,25 +68,38 @@ def reference_server(request: pytest.FixtureRequest) -> ServerProcess:
     return server
 
 
-@pytest.fixture(scope="session")
-def wild_ors_sdk_server() -> Iterator[ServerProcess]:
-    """The wild-shaped environments (game2048, gsm8k, port) on the ors-sdk reference server."""
-    with serve(WILD_SPECS["ors-sdk"], sdk="ors-sdk", env=_CHILD_ENV) as server:
-        yield server
+def _served(specs: dict[str, str], sdk: str, what: str) -> Any:
+    """A session-scoped fixture: the environments of ``specs[sdk]`` on that reference server."""
 
+    @pytest.fixture(scope="session")
+    def server() -> Iterator[ServerProcess]:
+        with serve(specs[sdk], sdk=sdk, env=_CHILD_ENV) as process:
+            yield process
 
-@pytest.fixture(scope="session")
-def wild_openreward_server() -> Iterator[ServerProcess]:
-    """The wild-shaped environments (game2048, gsm8k, port) on the openreward reference server."""
-    with serve(WILD_SPECS["openreward"], sdk="openreward", env=_CHILD_ENV) as server:
-        yield server
-
-
-@pytest.fixture(scope="session", params=["ors-sdk", "openreward"], ids=["ors-sdk", "openreward"])
-def wild_server(request: pytest.FixtureRequest) -> ServerProcess:
-    """Each reference server with the wild-shaped environments in turn (its `sdk` says which)."""
-    server: ServerProcess = request.getfixturevalue(f"wild_{request.param.replace('-', '_')}_server")
+    server.__doc__ = f"{what} on the {sdk} reference server."
     return server
+
+
+def _each(prefix: str, what: str) -> Any:
+    """A fixture giving the ``{prefix}_ors_sdk_server`` and ``{prefix}_openreward_server`` in turn."""
+
+    @pytest.fixture(scope="session", params=["ors-sdk", "openreward"], ids=["ors-sdk", "openreward"])
+    def each(request: pytest.FixtureRequest) -> ServerProcess:
+        server: ServerProcess = request.getfixturevalue(f"{prefix}_{request.param.replace('-', '_')}_server")
+        return server
+
+    each.__doc__ = f"Each reference server with {what} in turn (its `sdk` says which)."
+    return each
+
+
+WILD = "the wild-shaped environments (game2048, gsm8k, port)"
+wild_ors_sdk_server = _served(WILD_SPECS, "ors-sdk", WILD)
+wild_openreward_server = _served(WILD_SPECS, "openreward", WILD)
+wild_server = _each("wild", WILD)
+QUICK = f"the test environments pinging a running call every {QUICK_PING_S} s"
+quick_ping_ors_sdk_server = _served(QUICK_PING_SPECS, "ors-sdk", QUICK)
+quick_ping_openreward_server = _served(QUICK_PING_SPECS, "openreward", QUICK)
+quick_ping_server = _each("quick_ping", QUICK)
 
 
 @pytest.fixture(scope="session")

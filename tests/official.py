@@ -2,6 +2,9 @@
 
 ``python -m tests.official {ors-sdk|openreward} URL [--no-variant]``. The official clients keep
 global state (event loops, threads, aiohttp sessions they never close), so tests run them apart.
+With ``-`` for URL the process runs one session per URL read from stdin, with a new client each
+time, printing one JSON line each: a test that runs several sessions imports the SDK once (openreward
+takes 5 s of CPU to import).
 """
 
 from __future__ import annotations
@@ -56,4 +59,6 @@ def run(sdk: str, url: str, variant: bool) -> list[Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(sys.argv[1], sys.argv[2], "--no-variant" not in sys.argv)))
+    sdk_name, target, with_variant = sys.argv[1], sys.argv[2], "--no-variant" not in sys.argv
+    for line in sys.stdin if target == "-" else [target]:
+        print(json.dumps(run(sdk_name, line.strip(), with_variant)), flush=True)

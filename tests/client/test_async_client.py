@@ -370,15 +370,18 @@ async def test_session_arguments_are_checked() -> None:
             env.session({"id": "x"}, split="test", index=0)
 
 
-@pytest.mark.slow
-async def test_slow_tool_streams_pings_and_session_keeps_alive(url: str) -> None:
-    """A tool running over 10 s gets `: ping` comments on its stream and session pings meanwhile."""
+async def test_slow_tool_streams_pings_and_session_keeps_alive(quick_ping_server: Any) -> None:
+    """A tool running past the server's ping interval gets `: ping` comments on its stream and session pings
+    meanwhile (every 10 s by default; here the server's every 2 s and the client's every 1 s)."""
+    url = quick_ping_server.url
+    async with ol.AsyncClient(url) as default:
+        assert default.ping_interval == 10.0
     sink = Sink()
     async with (
-        ol.AsyncClient(url, recorder=sink) as client,
+        ol.AsyncClient(url, recorder=sink, ping_interval=1.0) as client,
         client.environment("lab").session(split="test", index=0) as session,
     ):
-        result = await session.call("slow", {"seconds": 11})
+        result = await session.call("slow", {"seconds": common.QUICK_PING_S + 1})
         assert session.pings >= 1
     assert result.text == "slept"
     comments = sink.kinds("comment")

@@ -15,6 +15,10 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 
+PLUGINS_OFF = ["-p", "no:nbval", "-p", "no:hypothesispytest"]
+"""Plugins of this repository's test stack, which the user's project has no use for: off, as they take 2 of the
+child's 3 seconds to start (ors_lab's pytest plugin and pytest-asyncio load as usual)."""
+
 USER_TESTS = '''
 import asyncio
 
@@ -58,7 +62,7 @@ def test_a_failing_tests_traceback_shows_its_line_and_the_message(tmp_path: Path
     (aclient.py, sync.py, runner.py, the trace loader), and none at all under the test's line."""
     (tmp_path / "test_user.py").write_text(USER_TESTS.format(trace=str(REPO_ROOT / "recordings" / "demo.parquet")))
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "test_user.py"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *PLUGINS_OFF, "test_user.py"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
     )  # fmt: skip
     out = done.stdout

@@ -76,6 +76,7 @@ NO_HINT = "there is no hint for this task"
 CRASH_MESSAGE = "boom: deliberate failure"
 STEP_DONE_AT = 3  # `step` finishes the episode at value >= 3
 NO_SECRETS = "(none)"
+QUICK_PING_S = 2.0  # the quick-ping servers (`tests/envs/quick_pings.py`) ping a running call every 2 s, not 10
 
 
 def _png_1x1() -> bytes:

@@ -9,9 +9,10 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +22,40 @@ import pytest
 import ors_lab as ol
 from ors_lab.recording.proxy import serve_proxy
 from tests import official
+from tests.envs import common
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_official(sdk: str, url: str, *flags: str) -> list[Any]:
-    """The scripted session of tests/official.py, run by an official client in its own process."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.official", sdk, url, *flags],
-        capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+@contextlib.contextmanager
+def official_client(sdk: str, *flags: str) -> Iterator[Callable[[str], list[Any]]]:
+    """An official client's process (tests/official.py) for the block, importing its SDK once: the function yielded
+    runs the scripted session against a URL, with a new client, and returns what that client got."""
+    command = [sys.executable, "-m", "tests.official", sdk, "-", *flags]
+    with tempfile.TemporaryFile("w+") as stderr:  # a file, not a pipe: a chatty child never blocks on it
+
+        def errors() -> str:
+            stderr.seek(0)
+            return stderr.read()[-2000:]
+
+        with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                              cwd=ROOT) as proc:  # fmt: skip
+            assert proc.stdin is not None and proc.stdout is not None
+
+            def run(url: str) -> list[Any]:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(url + "\n")
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+                assert line, f"the official client exited {proc.wait(timeout=120)}:\n{errors()}"
+                return json.loads(line)  # type: ignore[no-any-return]
+
+            try:
+                yield run
+            finally:
+                proc.stdin.close()  # the child ends its loop and exits
+                returncode = proc.wait(timeout=120)
+            assert returncode == 0, errors()
 
 
 def plain(values: Any) -> list[Any]:
@@ -49,10 +72,11 @@ def test_official_client_through_the_proxy(
 ) -> None:
     """An official client gets the same results through the proxy, and the trace holds every call."""
     reference_server = request.getfixturevalue(f"{sdk.replace('-', '_')}_server")
-    direct = run_official(sdk, reference_server.url, *flags)
     path = tmp_path / "proxy.parquet"
-    with ol.Recorder(path) as rec, serve_proxy(reference_server.url, rec) as url:
-        proxied = run_official(sdk, url, *flags)
+    with official_client(sdk, *flags) as run_official:
+        direct = run_official(reference_server.url)
+        with ol.Recorder(path) as rec, serve_proxy(reference_server.url, rec) as url:
+            proxied = run_official(url)
     assert proxied == direct
     trace = ol.load_trace(path)
     calls = trace.calls
@@ -75,24 +99,24 @@ def test_official_client_through_the_proxy(
         assert (events["status"] == 308).sum() >= 1  # the redirects went back to the client
 
 
-@pytest.mark.slow
-async def test_pings_stream_through_unbuffered(ors_sdk_server: Any, tmp_path: Path) -> None:
+async def test_pings_stream_through_unbuffered(quick_ping_ors_sdk_server: Any, tmp_path: Path) -> None:
     """A ping reaches the client through the proxy when the server sends it, not at the end."""
     seen: list[tuple[str, float]] = []
+    ping_s = common.QUICK_PING_S
 
     def sink(event: Any) -> None:
         seen.append((event.kind, time.monotonic()))
 
-    with ol.Recorder(tmp_path / "proxy.parquet") as rec, serve_proxy(ors_sdk_server.url, rec) as url:
+    with ol.Recorder(tmp_path / "proxy.parquet") as rec, serve_proxy(quick_ping_ors_sdk_server.url, rec) as url:
         async with ol.AsyncClient(url, recorder=sink) as client:
             async with client.environment("lab").session(split="test", index=0) as session:
                 started = time.monotonic()
-                result = await session.call("slow", {"seconds": 12})
+                result = await session.call("slow", {"seconds": ping_s + 1.5})
     assert result.text == "slept"
     ping_at = next(at for kind, at in seen if kind == "comment") - started
     end_at = next(at for kind, at in seen if kind == "result") - started
-    assert 9.5 < ping_at < 11.0
-    assert end_at > 11.9
+    assert ping_s - 0.5 < ping_at < ping_s + 1.0
+    assert end_at > ping_s + 1.4
     trace = ol.load_trace(tmp_path / "proxy.parquet")
     assert trace.calls.loc[0, "pings"] == 1
 

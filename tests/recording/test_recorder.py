@@ -108,11 +108,10 @@ async def test_round_trip_byte_for_byte(reference_server: Any, tmp_path: Path, n
     assert calls.loc[0, "chunks"] == len(tee.bodies[0])
 
 
-@pytest.mark.slow
-async def test_pings_recorded_when_they_arrived(reference_server: Any, tmp_path: Path) -> None:
+async def test_pings_recorded_when_they_arrived(quick_ping_server: Any, tmp_path: Path) -> None:
     """A slow call's `: ping` comments are rows stamped within 50 ms of their arrival."""
     trace, (result,), tee = await record_calls(
-        reference_server.url, tmp_path / "t.parquet", [("slow", {"seconds": 10.5})]
+        quick_ping_server.url, tmp_path / "t.parquet", [("slow", {"seconds": common.QUICK_PING_S + 0.5})]
     )
     assert result.text == "slept"
     rows = call_rows(trace, 1)

@@ -199,7 +199,7 @@ async def test_reference_server_chunks_errors_and_resumes_are_clean(
     assert check_trace(trace) == []
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the suite's one wait for a reference server's real 10 s ping (the others: quick_ping_server)
 async def test_slow_call_pings_pass_and_a_shorter_interval_reports_the_gap(
     ors_sdk_server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -16,7 +16,7 @@ from ors_lab.recording.proxy import serve_proxy
 from ors_lab.replay.forward import ForwardingReplay
 from tests.envs import common
 from tests.evaluation.policies import lab_policy
-from tests.recording.test_proxy import run_official
+from tests.recording.test_proxy import official_client
 
 
 def script(url: str, transport: Any = None, recorder: Any = None) -> list[Any]:
@@ -102,11 +102,12 @@ def test_official_clients_replay_what_the_proxy_recorded(
     """An official client's session recorded through the proxy replays to identical results."""
     server = request.getfixturevalue(f"{sdk.replace('-', '_')}_server")
     path = tmp_path / "official.parquet"
-    with ol.Recorder(path) as rec, serve_proxy(server.url, rec) as url:
-        live = run_official(sdk, url, *flags)
-    with ol.ReplayServer(path, speed=0) as replay:
-        assert run_official(sdk, replay.url, *flags) == live
-        assert replay.unplayed() == []
+    with official_client(sdk, *flags) as run_official:
+        with ol.Recorder(path) as rec, serve_proxy(server.url, rec) as url:
+            live = run_official(url)
+        with ol.ReplayServer(path, speed=0) as replay:
+            assert run_official(replay.url) == live
+            assert replay.unplayed() == []
 
 
 def test_mismatch_names_the_request_the_field_and_how_to_record(recorded: tuple[Path, list[Any]]) -> None:
@@ -293,13 +294,17 @@ def test_bad_arguments(echo_trace: Path) -> None:
         ol.ReplayServer(echo_trace.with_name("missing.parquet"))
 
 
+SLOW_S = common.QUICK_PING_S + 0.5
+"""How long the slow call runs: one ping, then half a second to its end."""
+
+
 @pytest.fixture(scope="module")
-def slow_trace(tmp_path_factory: pytest.TempPathFactory, ors_sdk_server: Any) -> Path:
-    """A call that ran 10.5 s, with its ping at 10 s."""
+def slow_trace(tmp_path_factory: pytest.TempPathFactory, quick_ping_ors_sdk_server: Any) -> Path:
+    """A call that ran SLOW_S (2.5 s), with its ping at QUICK_PING_S (2 s)."""
     path = tmp_path_factory.mktemp("slow") / "slow.parquet"
-    with ol.Recorder(path) as rec, ol.Client(ors_sdk_server.url, recorder=rec) as client:
+    with ol.Recorder(path) as rec, ol.Client(quick_ping_ors_sdk_server.url, recorder=rec) as client:
         with client.environment("lab").session(split="test", index=0) as session:
-            session.call("slow", {"seconds": 10.5})
+            session.call("slow", {"seconds": SLOW_S})
     return path
 
 
@@ -307,13 +312,12 @@ def _ping_and_end(url: str, faults: list[str] | None = None) -> tuple[list[float
     sink = Sink()
     with ol.Client(url, recorder=sink) as client, client.environment("lab").session(split="test", index=0) as s:
         started = time.monotonic()
-        assert s.call("slow", {"seconds": 10.5}).text == "slept"
+        assert s.call("slow", {"seconds": SLOW_S}).text == "slept"
     pings = [e.t_ns / 1e9 - started for e in sink.kinds("comment")]
     end = sink.kinds("result")[0].t_ns / 1e9 - started
     return pings, end
 
 
-@pytest.mark.slow
 def test_timing_is_replayed_at_speed(slow_trace: Path) -> None:
     """At speed 1 the ping and end come when they came; at speed 10 ten times sooner; no-pings drops it."""
     recorded = ol.load_trace(slow_trace).events
@@ -324,11 +328,11 @@ def test_timing_is_replayed_at_speed(slow_trace: Path) -> None:
         pings, end = _ping_and_end(server.url)
     assert len(pings) == 1
     assert abs(pings[0] - ping_ns / 1e9) < 0.05
-    assert 10.4 < end < 10.7
+    assert SLOW_S - 0.1 < end < SLOW_S + 0.2
     with ol.ReplayServer(slow_trace, speed=10.0) as server:
         pings, end = _ping_and_end(server.url)
     assert abs(pings[0] - ping_ns / 1e10) < 0.05
-    assert 1.0 < end < 1.2
+    assert SLOW_S / 10 - 0.05 < end < SLOW_S / 10 + 0.15
     with ol.ReplayServer(slow_trace, speed=0, faults=["no-pings"]) as server:
         pings, end = _ping_and_end(server.url)
     assert pings == []
