@@ -41,6 +41,7 @@ from typing import Any, Literal
 from ors_lab.protocol.errors import (
     IncompleteStreamError,
     MalformedChunkError,
+    MalformedStreamError,
     ProviderReportedError,
     ProviderStreamError,
 )
@@ -144,7 +145,6 @@ class ChatAnswer:
         self.done = False  # [DONE] came
         self.other_choices: set[int] = set()
         self.error: ProviderStreamError | ProviderReportedError | None = None
-        self.received = 0  # bytes, as the network brought them
         self.data_bytes = 0  # bytes of the chunks' data: what a replay of the answer receives too
         self.chunks = 0
         self.last: str | None = None  # the last chunk's data, as sent
@@ -178,7 +178,6 @@ class ChatAnswer:
         """The pieces ``data`` completes, in order (see the class docstring for ``error``)."""
         if self.error is not None:
             raise self.error
-        self.received += len(data)
         if not self._sniffed:
             head = data.lstrip()
             if head:
@@ -190,7 +189,7 @@ class ChatAnswer:
         pieces: list[Piece] = []
         try:
             items = self._sse.feed(data)
-        except Exception as exc:  # a line past the SSE bound: the provider's bytes, not our code
+        except MalformedStreamError as exc:  # a line past the SSE bound: the provider's bytes, not our code
             self.error = ProviderStreamError(f"the answer is not a readable event stream ({exc}); {self.where()}")
             return pieces
         for item in items:
