@@ -1,0 +1,71 @@
+"""The display hook: how the layers under the notebook show what they hold, knowing nothing of widgets.
+
+A session about to open, a run about to start, an object displayed in a notebook cell: the client,
+the evaluation and the analysis ask this module, and whatever display registered itself answers.
+``ors_lab.notebook``, the top layer, registers one when it is imported (``import ors_lab`` does):
+it draws live views (a widget in a kernel, a text line elsewhere, as ``ol.live_views()`` says) and
+the objects' MIME bundles. With none registered, nothing is drawn live and objects show as their
+own text fallback. inspect_ai's core offers the same seam (its abstract ``display()``).
+
+- ``live(subject, events)``: start the live view of ``subject`` (an ``AsyncSession`` about to open,
+  a run's view state about to be fed), subscribed to ``events`` and shown where the caller is.
+  None when views are off or nothing can draw it. It never raises: the work matters more than its
+  view.
+- ``bundle(subject)``: how ``subject`` shows itself when displayed (``_repr_mimebundle_``), or None
+  for the subject's own fallback.
+
+A display draws the subjects it knows and returns None for the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from ors_lab.events import EventStream
+
+__all__ = ["Display", "Live", "bundle", "live", "register"]
+
+log = logging.getLogger(__name__)
+
+
+class Live(Protocol):
+    """A live view, as its subject holds it: closed when the subject ends (drawing its final state)."""
+
+    def close(self) -> None: ...
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]: ...
+
+
+class Display(Protocol):
+    """What a display layer answers (``ors_lab.notebook`` is one)."""
+
+    def live(self, subject: object, events: EventStream) -> Live | None: ...
+
+    def bundle(self, subject: object) -> dict[str, Any] | None: ...
+
+
+_display: Display | None = None
+
+
+def register(display: Display | None) -> Display | None:
+    """Make ``display`` the one that answers (None: none); returns the one it replaced."""
+    global _display
+    previous, _display = _display, display
+    return previous
+
+
+def live(subject: object, events: EventStream) -> Live | None:
+    """The live view of ``subject``, subscribed to ``events`` and shown; None when none is drawn. Never raises."""
+    if _display is None:
+        return None
+    try:
+        return _display.live(subject, events)
+    except Exception:  # the work matters more than its view
+        log.exception("ors_lab: the live view of %s could not be shown; the work goes on without it", type(subject))
+        return None
+
+
+def bundle(subject: object) -> dict[str, Any] | None:
+    """How ``subject`` shows itself when displayed (its MIME bundle); None: its own text fallback."""
+    return _display.bundle(subject) if _display is not None else None
