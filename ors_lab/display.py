@@ -14,15 +14,15 @@ own text fallback. inspect_ai's core offers the same seam (its abstract ``displa
 - ``bundle(subject)``: how ``subject`` shows itself when displayed (``_repr_mimebundle_``), or None
   for the subject's own fallback.
 
-A display draws the subjects it knows and returns None for the others.
+A display draws the subjects it knows and returns None for the others. This module imports nothing
+of ours, so every layer may use it (``events`` is an ``ors_lab.events.EventStream``; the protocol's
+models show themselves through ``bundle`` too).
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any, Protocol
-
-from ors_lab.events import EventStream
 
 __all__ = ["Display", "Live", "bundle", "live", "register"]
 
@@ -40,7 +40,7 @@ class Live(Protocol):
 class Display(Protocol):
     """What a display layer answers (``ors_lab.notebook`` is one)."""
 
-    def live(self, subject: object, events: EventStream) -> Live | None: ...
+    def live(self, subject: object, events: Any) -> Live | None: ...
 
     def bundle(self, subject: object) -> dict[str, Any] | None: ...
 
@@ -55,7 +55,7 @@ def register(display: Display | None) -> Display | None:
     return previous
 
 
-def live(subject: object, events: EventStream) -> Live | None:
+def live(subject: object, events: Any) -> Live | None:
     """The live view of ``subject``, subscribed to ``events`` and shown; None when none is drawn. Never raises."""
     if _display is None:
         return None
