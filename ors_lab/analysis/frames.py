@@ -25,7 +25,7 @@ are, strings stay Arrow strings.
   frame that shows itself as a short vertical table, each line a column's name and value, so what
   it shows is what indexes it);
 - ``transcripts``: one row per turn of the agent, its streamed deltas joined into reasoning, text
-  and tool calls (``ors_lab.notebook.turns`` joins them, for the trace viewer too);
+  and tool calls (``ors_lab.transcript`` joins them, for the trace viewer too);
 - ``listing``: what the trace viewer lists, one row per episode, built without the per-call frames
   so that a trace of many thousands of episodes opens at once.
 """
@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k, reduce_reward, stderr
-from ors_lab.notebook.turns import STREAM_KINDS, join_stream, output_text
+from ors_lab.transcript import STREAM_KINDS, join_stream, output_text
 from ors_lab.recording.parts import select_rows
 from ors_lab.recording.schema import EPISODE_COLUMNS, SCHEMA, kind_mask
 from ors_lab.stats import success_note
@@ -946,7 +946,7 @@ def _overall(episodes: pd.DataFrame) -> dict[str, Any]:
 
 def transcripts_frame(source: Source, episodes: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per turn of the agent in each episode: its reasoning, text and tool calls, the deltas
-    joined (``ors_lab.notebook.turns``), in the order of ``episodes`` (the listing's when not
+    joined (``ors_lab.transcript``), in the order of ``episodes`` (the listing's when not
     given: the same episodes, in the same order), then by turn."""
     rows = _select(source, ["session_id", "data"], STREAM_KINDS, agent=True)
     rows = rows.filter(pc.and_(pc.is_valid(rows["session_id"]), pc.is_valid(rows["data"])))

@@ -15,7 +15,7 @@ counts; the front end asks for the rest:
   as a person reads them: requests and responses (status, time to first byte), SSE events,
   pings with the real gap since the previous one, tool calls with their inputs and outputs,
   rewards, the agent's stream rebuilt (reasoning, text and tool-call arguments: the deltas joined
-  by ``ors_lab.notebook.turns``), errors marked. Runs of chunks and deltas are one item each;
+  by ``ors_lab.transcript``), errors marked. Runs of chunks and deltas are one item each;
   each item's text is cut at ``TEXT_CHARS`` and a timeline at ``MAX_ITEMS`` items, with a note.
 
 The listing is sorted and filtered by pandas over whole columns, and a timeline reads only its
@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 from ors_lab.events import Event
 from ors_lab.html import Markup, card, escape, fmt, styled, table
 from ors_lab.notebook.state import ViewState
-from ors_lab.notebook.turns import STREAM_KINDS, AgentStream, Part, output_text
+from ors_lab.transcript import STREAM_KINDS, AgentStream, Part, output_text
 from ors_lab.stats import mean
 
 __all__ = ["MAX_ITEMS", "PAGE_SIZE", "TEXT_CHARS", "Histogram", "TraceState", "reward_histogram", "timeline"]

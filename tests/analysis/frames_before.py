@@ -34,7 +34,7 @@ from ors_lab.analysis.frames import (
     threshold_note,
 )
 from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k, reduce_reward, stderr
-from ors_lab.notebook.turns import STREAM_KINDS, join_stream, output_text
+from ors_lab.transcript import STREAM_KINDS, join_stream, output_text
 
 __all__ = [
     "calls_frame",
@@ -411,7 +411,7 @@ def summary_frame(episodes: pd.DataFrame, ks: Sequence[int] | None = None) -> Su
 
 def transcripts_frame(table: pa.Table, episodes: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per turn of the agent in each episode: its reasoning, text and tool calls, the deltas
-    joined (``ors_lab.notebook.turns``), in the order of ``episodes`` (the listing's when not
+    joined (``ors_lab.transcript``), in the order of ``episodes`` (the listing's when not
     given: the same episodes, in the same order), then by turn."""
     rows = table.select(["session_id", "layer", "kind", "data"])
     mask = pc.and_(

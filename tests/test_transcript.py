@@ -22,7 +22,7 @@ from ors_lab.events import (
     ToolOutputAvailableEvent,
     ToolOutputErrorEvent,
 )
-from ors_lab.notebook.turns import AgentStream, join_stream, output_text
+from ors_lab.transcript import AgentStream, join_stream, output_text
 
 
 def wire(*events: Any) -> list[dict[str, Any]]:

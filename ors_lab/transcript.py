@@ -1,4 +1,4 @@
-"""The agent's stream rebuilt: its deltas joined into reasoning, text and tool calls, turn by turn.
+"""The agent's stream rebuilt, the one joiner of its deltas: reasoning, text and tool calls, turn by turn.
 
 An agent streams in the vocabulary of ``ors_lab.events``: ``reasoning-delta`` and ``text-delta``
 pieces between their ``-start`` and ``-end``, a tool call's arguments as ``tool-input-delta``
