@@ -45,10 +45,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ors_lab.analysis.reduce import Reduction, check_reduction, mean, pass_at_k, reduce_reward, stderr
-from ors_lab.transcript import STREAM_KINDS, join_stream, output_text
 from ors_lab.recording.parts import select_rows
 from ors_lab.recording.schema import EPISODE_COLUMNS, SCHEMA, kind_mask
 from ors_lab.stats import success_note
+from ors_lab.transcript import STREAM_KINDS, join_stream, output_text
 
 __all__ = [
     "CALLS_COLUMNS",

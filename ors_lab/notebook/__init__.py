@@ -6,6 +6,7 @@ anywidget in a Jupyter kernel, compact text elsewhere, throttled to about 10 upd
 anywidget load when the first widget is drawn.
 """
 
+import ors_lab.notebook.display  # noqa: F401  (registers the notebook's display with ors_lab.display)
 from ors_lab.notebook.settings import ENV_VAR, MODES, live_views, resolve
 from ors_lab.notebook.state import ViewState
 from ors_lab.notebook.throttle import INTERVAL, Throttle

@@ -40,8 +40,8 @@ import pyarrow.compute as pc
 from ors_lab.events import Event
 from ors_lab.html import Markup, card, escape, fmt, styled, table
 from ors_lab.notebook.state import ViewState
-from ors_lab.transcript import STREAM_KINDS, AgentStream, Part, output_text
 from ors_lab.stats import mean
+from ors_lab.transcript import STREAM_KINDS, AgentStream, Part, output_text
 
 __all__ = ["MAX_ITEMS", "PAGE_SIZE", "TEXT_CHARS", "Histogram", "TraceState", "reward_histogram", "timeline"]
 
