@@ -57,8 +57,13 @@ test: $(STAMP) $(CHROMIUM) lint
 	export IPYTHONDIR=$$NBTMP/ipython JUPYTER_CONFIG_DIR=$$NBTMP/cfg JUPYTER_DATA_DIR=$$NBTMP/data \
 	       JUPYTER_RUNTIME_DIR=$$NBTMP/rt XDG_CONFIG_HOME=$$NBTMP/xdg-config XDG_CACHE_HOME=$$NBTMP/xdg-cache \
 	       OPENREWARD_DISABLE_UPDATE_CHECK=1 ORS_LAB_SCREENSHOTS=$(ORS_LAB_SCREENSHOTS) && \
-	$(BIN)/python -m pytest -p no:cacheprovider --nbval --nbval-current-env \
-	    --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=300 --durations=10 tests notebooks
+	$(BIN)/python -m pytest $(PYTEST_OPTIONS) -n 3 --dist loadfile -m "not serial" --durations=10 tests notebooks && \
+	$(BIN)/python -m pytest $(PYTEST_OPTIONS) -m serial --durations=5 tests notebooks
+
+# Two passes: three xdist workers (a file each; the longest first, tests/conftest.py), then the
+# `serial` tests alone (a Ray cluster, wall-clock timing).
+PYTEST_OPTIONS := -p no:cacheprovider --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg \
+    --nbval-cell-timeout=300
 
 bench: $(STAMP)
 	$(BIN)/python bench/client.py

@@ -141,6 +141,35 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# The suite runs in two passes (Makefile: `make test`): the tests marked `serial` alone, the rest on three
+# pytest-xdist workers, a file to a worker. Serial: a Ray cluster (one per machine: two at once time out
+# starting), and timing measured against the wall clock to tens of milliseconds.
+SERIAL = ("tests/test_docs.py::test_example[docs/scale-out.md",)
+"""Node id prefixes marked `serial` here (sybil's examples carry no marks of their own)."""
+
+SLOW_FILES = (
+    "tests/notebook/test_notebooks.py",
+    "tests/test_pytest_plugin.py",
+    "tests/test_cli.py",
+    "tests/hostile/test_cli_errors.py",
+    "tests/recording/test_proxy.py",
+    "tests/test_docs.py",
+    "tests/feed/test_server.py",
+    "tests/hostile/test_through_proxy.py",
+    "tests/replay/test_replay.py",
+)
+"""The longest files, collected first so that the workers start them first (no long file left for the end)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks the SERIAL examples and puts the SLOW_FILES first (the same order on every worker)."""
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+    rank = {name: n for n, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 @pytest.fixture
 def sigint_raises() -> Iterator[None]:
     """SIGINT raises KeyboardInterrupt in this process, as in a terminal, for the test's duration.

@@ -45,7 +45,7 @@ from tests.evaluation.policies import (
 )
 from tests.notebook.test_run_view import figures
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
+pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.serial]
 
 
 @pytest.fixture(scope="module")

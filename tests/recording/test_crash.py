@@ -29,6 +29,8 @@ from ors_lab.recording.parts import parts_dir, read_part
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 
+pytestmark = pytest.mark.serial  # kills timed against the wall clock, and peak memory
+
 KILL_REPETITIONS = 5
 KILL_WINDOW_S = (0.5, 3.0)  # the kill comes this long after the child starts emitting
 PROMISE_S = 1.2  # events reported this long before the kill must be in the trace (1 s + margin)

@@ -278,7 +278,7 @@ def test_append_adds_to_the_parts_of_a_killed_run(tmp_path: Path) -> None:
         "import sys, time, ors_lab as ol\n"
         "rec = ol.Recorder(sys.argv[1], run_id='crashed', flush_interval=0.05)\n"
         "for n in range(4): rec.emit('comment', comment=f'row {n}')\n"
-        "time.sleep(0.5); print('flushed', flush=True); time.sleep(60)\n"
+        "rec.flush(); print('flushed', flush=True); time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "flushed"

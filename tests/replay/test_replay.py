@@ -318,6 +318,7 @@ def _ping_and_end(url: str, faults: list[str] | None = None) -> tuple[list[float
     return pings, end
 
 
+@pytest.mark.serial  # wall-clock timing
 def test_timing_is_replayed_at_speed(slow_trace: Path) -> None:
     """At speed 1 the ping and end come when they came; at speed 10 ten times sooner; no-pings drops it."""
     recorded = ol.load_trace(slow_trace).events
