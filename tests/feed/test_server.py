@@ -107,6 +107,7 @@ def test_both_decoders_read_the_run_in_order_with_ids(guessing: Any) -> None:
     assert sorted(e.reward for e in episodes.values()) == sorted(result.episodes["reward"])
 
 
+@pytest.mark.serial  # wall-clock timing
 def test_a_quiet_feed_heartbeats_at_its_interval() -> None:
     """With nothing to send, a reader gets a `: heartbeat` comment every `heartbeat` seconds (0.2 here)."""
     times: list[float] = []
