@@ -328,7 +328,7 @@ def test_timing_is_replayed_at_speed(slow_trace: Path) -> None:
     with ol.ReplayServer(slow_trace, speed=1.0) as server:
         pings, end = _ping_and_end(server.url)
     assert len(pings) == 1
-    assert abs(pings[0] - ping_ns / 1e9) < 0.05
+    assert abs(pings[0] - ping_ns / 1e9) < 0.1  # a loaded machine's scheduling: tens of ms late
     assert SLOW_S - 0.1 < end < SLOW_S + 0.2
     with ol.ReplayServer(slow_trace, speed=10.0) as server:
         pings, end = _ping_and_end(server.url)
