@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx2
 
+from ors_lab.client.transport import AiohttpTransport
 from ors_lab.events import (
     ChunkEvent,
     CommentEvent,
@@ -219,8 +220,6 @@ class RecordingTransport(httpx2.AsyncBaseTransport):
     """
 
     def __init__(self, tap_for: TapFor, inner: httpx2.AsyncBaseTransport | None = None) -> None:
-        from ors_lab.client.transport import AiohttpTransport
-
         self.tap_for = tap_for
         self._owns_inner = inner is None
         self.inner = inner if inner is not None else AiohttpTransport()
