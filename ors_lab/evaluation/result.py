@@ -15,15 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ors_lab.analysis.frames import (
-    TOKENS,
-    episodes_frame,
-    errors_frame,
-    pass_columns,
-    steps_frame,
-    summary_frame,
-    tasks_frame,
-)
+from ors_lab.analysis import episodes_frame, errors_frame, steps_frame, summary_frame, tasks_frame
+from ors_lab.analysis.frames import TOKENS, pass_columns
 from ors_lab.analysis.reduce import Reduction, pass_at_k
 
 if TYPE_CHECKING:
