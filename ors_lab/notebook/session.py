@@ -85,7 +85,7 @@ def _terminal() -> bool:
 class SessionView:
     """A session's live view, as the session holds it: started before its ``/create``, closed with it.
 
-    ``SessionView.start(session)`` makes, subscribes and shows it as ``live_views()`` says (None when
+    ``SessionView.start(session, events)`` makes, subscribes and shows it as ``live_views()`` says (None when
     views are off, or when it could not be made: logged). ``close()`` detaches it and draws the final
     state. Displaying it shows the same widget again.
     """
