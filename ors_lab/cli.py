@@ -290,7 +290,7 @@ def _redaction(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _proxy(args: argparse.Namespace) -> int:
-    from ors_lab.recording.proxy import run_proxy
+    from ors_lab.replay.proxy import run_proxy
 
     bound: dict[str, Any] = {} if args.max_result_bytes is None else {"max_result_bytes": args.max_result_bytes}
     run_proxy(args.upstream, args.out, port=args.port, say=lambda text: print(text, flush=True),

@@ -13,7 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ors_lab import display
+from ors_lab.client import AsyncSession, Session
 from ors_lab.display import Live
+from ors_lab.notebook.session import SessionView, session_bundle, sync_session_bundle
+from ors_lab.protocol.models import ImageBlock, Split, Task, TextBlock, ToolResult, ToolSpec
+from ors_lab.viewer import blocks
 
 __all__ = ["BUNDLE", "LIVE", "NotebookDisplay"]
 
@@ -44,3 +48,13 @@ class NotebookDisplay:
 
 
 display.register(NotebookDisplay())
+
+BUNDLE[AsyncSession] = session_bundle
+BUNDLE[ImageBlock] = blocks.bundle_of(blocks.image_block_html)
+BUNDLE[Session] = sync_session_bundle
+BUNDLE[Split] = blocks.bundle_of(blocks.split_html)
+BUNDLE[Task] = blocks.bundle_of(blocks.task_html)
+BUNDLE[TextBlock] = blocks.bundle_of(blocks.text_block_html)
+BUNDLE[ToolResult] = blocks.bundle_of(blocks.result_html)
+BUNDLE[ToolSpec] = blocks.bundle_of(blocks.tool_html)
+LIVE[AsyncSession] = SessionView.start

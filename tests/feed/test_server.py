@@ -26,7 +26,7 @@ from ors_lab.events import AgentEvent, Event, EventStream, TextDeltaEvent, event
 from ors_lab.feed import FEED_KINDS, FeedState
 from ors_lab.protocol.sse import ServerSentEvent, SSEComment
 from ors_lab.recording.parts import parts_dir
-from ors_lab.recording.proxy import serve_proxy
+from ors_lab.replay.proxy import serve_proxy
 from tests.feed.feeds import (
     comments_of,
     data,
