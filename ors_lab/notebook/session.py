@@ -49,7 +49,6 @@ from ors_lab.events import (
 )
 from ors_lab.html import Markup, card, escape, fmt, styled, table
 from ors_lab.notebook.settings import live_views, resolve
-from ors_lab.notebook.state import ViewState
 from ors_lab.notebook.view import LiveView
 from ors_lab.protocol.models import (
     Block,
@@ -61,6 +60,7 @@ from ors_lab.protocol.models import (
     reward_html,
     text_html,
 )
+from ors_lab.viewer.state import ViewState
 
 __all__ = [
     "FULL_STEPS",
