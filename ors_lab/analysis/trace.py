@@ -345,7 +345,7 @@ class Trace:
     @cached_property
     def listing(self) -> pd.DataFrame:
         """The episodes as the trace viewer lists them, one row each (``frames.listing_frame``): made once."""
-        from ors_lab.analysis.frames import listing_frame
+        from ors_lab.analysis.frames import listing_frame  # pandas: loaded when a frame is asked for
 
         return self._frame("listing", lambda: listing_frame(self))
 

@@ -8,15 +8,10 @@ rebuild the run's dashboard state (``FeedState``, ``ors_lab.viewer.feed_state``)
 events. Those names are kept here too, loaded on first use.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ors_lab.feed.reader import FeedReader, feed_url
 from ors_lab.feed.server import FEED_KINDS, Feed
-
-if TYPE_CHECKING:
-    from ors_lab.notebook.watch import Watch, watch
-    from ors_lab.viewer.feed_state import FeedState
-    from ors_lab.viewer.watch import WatchPage, serve_watch
 
 __all__ = [
     "FEED_KINDS",
