@@ -1,4 +1,4 @@
-// ors_lab front end: the HTML report of a run (ors_lab.viewer.report), drawn by the notebook's own
+// ors_lab front end: the HTML report of a run (ors_lab.analysis.report), drawn by the notebook's own
 // renderers through page models (page.js): a run view (run.js) per evaluation and the trace viewer
 // (trace.js). The data is inline and gzipped: "ors-lab-head" holds each run's final dashboard, the
 // viewer's summary, every episode's row of the list and which chunk holds its detail; each

@@ -1,4 +1,4 @@
-// ors_lab front end: the run view (ORS.views.run), the evaluation dashboard of ors_lab.viewer.run.RunState.
+// ors_lab front end: the run view (ORS.views.run), the evaluation dashboard of ors_lab.notebook.run.RunState.
 // DOM calls only. The charts are inline SVG made here: no charting library, so nothing is fetched
 // or bundled, and the view draws offline. The page is built once; each update (at most about 10 a
 // second) changes nodes in place (texts, the grid cells whose code changed, the charts' shapes,

@@ -1,4 +1,4 @@
-// ors_lab front end: the trace viewer (ORS.views.trace), drawing ors_lab.viewer.trace.TraceState.
+// ors_lab front end: the trace viewer (ORS.views.trace), drawing ors_lab.notebook.trace.TraceState.
 // The data holds the summary and the first page only; every other page, and an episode's timeline,
 // is asked of the kernel (model.send) and arrives as a custom message ({type: "page" | "timeline"}).
 // A timeline with a "note" has no items, and says why (a report that does not hold it).

@@ -1,4 +1,4 @@
-// ors_lab front end: the page of `ors-lab watch` (ors_lab.viewer.watch), the live dashboard of a run behind its
+// ors_lab front end: the page of `ors-lab watch` (ors_lab.feed.watch), the live dashboard of a run behind its
 // live feed, drawn by the notebook's run view (run.js) through a page model (page.js). The watch server reads
 // the feed and keeps the run's state (the RunState a notebook's dashboard draws); the page subscribes to the
 // server with the browser's EventSource ("dashboard" events: the state to draw and how the feed is, at most
