@@ -25,7 +25,7 @@ import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from ors_lab.events import AGENT_KINDS, EpisodeEvent, Event, StartEvent, UsageEvent, compact_json
 from ors_lab.feed.plan import RunPlan
@@ -267,7 +267,7 @@ class RunFold:
         self.resume(resumed)
 
     @classmethod
-    def of(cls, plan: RunPlan, **options: Any) -> Any:
+    def of(cls, plan: RunPlan, **options: Any) -> Self:
         """The state of the run ``plan`` (``options``: the rest of ``__init__``'s)."""
         return cls(plan.environment, plan.split, plan.keys, agent=plan.agent, label=plan.label, **options)
 
