@@ -148,7 +148,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from ors_lab.feed.watch import serve_watch
+    from ors_lab.viewer.watch import serve_watch
 
     serve_watch(args.feed, port=args.port, say=lambda text: print(text, flush=True))
     return 0

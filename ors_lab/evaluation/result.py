@@ -22,7 +22,7 @@ from ors_lab.analysis.reduce import Reduction, pass_at_k
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ors_lab.notebook.run import RunSummary
+    from ors_lab.viewer.run_summary import RunSummary
 
 __all__ = ["ANALYSIS_KINDS", "EvalResult"]
 
@@ -131,12 +131,12 @@ class EvalResult:
     def _repr_html_(self) -> str:
         """A summary card (rewards, pass@k and errors first; the trace last), the last errors, a small
         grid of the episodes coloured by reward, and the per-task table (``ors_lab.notebook.run``)."""
-        from ors_lab.notebook.run import run_summary_html
+        from ors_lab.viewer.run_summary import run_summary_html
 
         return run_summary_html(self._summary_figures())
 
     def _summary_figures(self) -> RunSummary:
-        from ors_lab.analysis.report import run_summary
+        from ors_lab.viewer.report import run_summary
 
         return run_summary(self.episodes, self._ks(), environment=self.environment, split=self.split,
                            rollouts=self.rollouts, agent=self.agent, elapsed_s=self.elapsed_s, resumed=self.resumed,

@@ -387,7 +387,7 @@ def _show_progress(
 ) -> LiveView | None:
     """The run's live view, subscribed and shown (None when live views are off, or if it failed to show)."""
     from ors_lab.notebook import LiveView, resolve
-    from ors_lab.notebook.run import RunState
+    from ors_lab.viewer.run import RunState
 
     try:
         mode = resolve()

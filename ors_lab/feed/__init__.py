@@ -1,14 +1,46 @@
 """The live feed of a run, and watching one (``ors_lab.feed``; ``docs/feed.md`` is the wire format).
 
 ``Feed`` serves a run's events on 127.0.0.1 as Server-Sent Events (``evaluate(..., feed=PORT)``
-makes one). ``watch(url)`` shows the dashboard of the run behind a feed, in a notebook or as a
-line; ``serve_watch(url)`` serves it as a page (``ors-lab watch URL``). Both rebuild the run's
-dashboard state (``FeedState``) from the feed's events, read by a ``FeedReader``.
+makes one); ``FeedReader`` reads one. Watching a feed is drawn by the layers above: ``watch(url)``
+shows the dashboard of the run behind a feed, in a notebook or as a line (``ors_lab.notebook.watch``);
+``serve_watch(url)`` serves it as a page (``ors-lab watch URL``, ``ors_lab.viewer.watch``). Both
+rebuild the run's dashboard state (``FeedState``, ``ors_lab.viewer.feed_state``) from the feed's
+events. Those names are kept here too, loaded on first use.
 """
+
+from typing import Any
 
 from ors_lab.feed.reader import FeedReader, feed_url
 from ors_lab.feed.server import FEED_KINDS, Feed
-from ors_lab.feed.state import FeedState
-from ors_lab.feed.watch import Watch, WatchPage, serve_watch, watch
 
-__all__ = ["FEED_KINDS", "Feed", "FeedReader", "FeedState", "Watch", "WatchPage", "feed_url", "serve_watch", "watch"]
+__all__ = [
+    "FEED_KINDS",
+    "Feed",
+    "FeedReader",
+    "FeedState",
+    "Watch",
+    "WatchPage",
+    "feed_url",
+    "serve_watch",
+    "watch",
+]
+
+_ABOVE = {
+    "FeedState": "ors_lab.viewer.feed_state",
+    "Watch": "ors_lab.notebook.watch",
+    "WatchPage": "ors_lab.viewer.watch",
+    "serve_watch": "ors_lab.viewer.watch",
+    "watch": "ors_lab.notebook.watch",
+}
+"""The names this package held before they moved up a layer (issue 31): kept here, loaded by name on first use
+and never imported by the feed itself, whose layer is below theirs."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ABOVE:
+        import importlib  # the old names of what moved above the feed: loaded on first use, as ors_lab's lazy names
+
+        value = getattr(importlib.import_module(_ABOVE[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ors_lab.feed' has no attribute {name!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ors_lab.client import AsyncSession
-from ors_lab.notebook.state import ViewState  # the views' base: the viewer's own once it holds it (issue 31)
+from ors_lab.viewer.state import ViewState
 from ors_lab.viewer.session_fold import (
     FULL_STEPS,
     IMAGE_CHARS,
