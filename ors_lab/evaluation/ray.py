@@ -60,22 +60,21 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ors_lab.agents.episode import Agent
 from ors_lab.agents.policy import Policy, as_agent
 from ors_lab.client import AsyncClient, AsyncEnvironment
 from ors_lab.client.aclient import DELETE_TIMEOUT, delete_session
 from ors_lab.client.runner import CLEANUP_TIMEOUT
 from ors_lab.client.tap import describe_error, exchanges_apart
 from ors_lab.client.url import server_url
+from ors_lab.evaluation.episode import Job, run_episode
 from ors_lab.evaluation.specs import TaskSpecs
 from ors_lab.events import EpisodeEvent, Event, EventStream, FinishEvent, StartEvent, wall_ns, wall_time
 from ors_lab.protocol.errors import AgentNotShippableError, WorkersLostError
 
-if TYPE_CHECKING:
-    from ors_lab.agents.episode import Agent
-
-__all__ = ["LOOPBACK_ENV", "Job", "LocalCluster", "RayBackend", "RayRun", "WorkerPool", "client_options", "start_local"]
+__all__ = ["LOOPBACK_ENV", "LocalCluster", "RayBackend", "RayRun", "WorkerPool", "start_local"]
 
 log = logging.getLogger("ors_lab.evaluation")
 
@@ -248,22 +247,6 @@ def _connect(address: str | None) -> LocalCluster | None:
 # -- the worker ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Job:
-    """What every worker of a run needs to know, sent once with each actor (``split``: the one the run resolved)."""
-
-    environment: str
-    split: str
-    max_steps: int | None
-    timeout: float | None
-    reward: Any
-    success_threshold: float
-    agent_name: str
-    concurrency: int
-    flush_s: float
-    client: dict[str, Any]
-
-
 @dataclass
 class _Shipped:
     """One run as a worker holds it: its client (on the server the worker was given), agent, limit of open
@@ -302,8 +285,6 @@ class _Worker:
                                   TaskSpecs(client.environment(job.environment), job.split))  # fmt: skip
 
     async def run(self, run: str, pairs: list[tuple[int, int]]) -> AsyncIterator[tuple[int, list[Event]]]:
-        from ors_lab.evaluation.run import _episode
-
         shipped = self.runs[run]
         buffer: list[Event] = []
         events = EventStream(parent=shipped.client.events)  # so that what an episode does on the client is captured
@@ -313,8 +294,8 @@ class _Worker:
 
         async def one(index: int, rollout: int) -> None:
             async with limit:
-                await _episode(env, agent, job.split, index, rollout, job.max_steps, job.timeout, job.reward,
-                               job.success_threshold, job.agent_name, worker=self.name, specs=specs)  # fmt: skip
+                await run_episode(env, agent, job.split, index, rollout, job.max_steps, job.timeout, job.reward,
+                                  job.success_threshold, job.agent_name, worker=self.name, specs=specs)  # fmt: skip
 
         pending = {asyncio.create_task(one(index, rollout)) for index, rollout in pairs}
         shipped.episodes |= pending
@@ -665,16 +646,3 @@ def _check_shippable(agent: Agent | Policy, backend: RayBackend) -> None:
             f"({type(exc).__name__}: {exc}); pass a picklable agent, or RayBackend(agent_factory=...) "
             "that makes one in each worker"
         ) from exc
-
-
-def client_options(client: AsyncClient) -> dict[str, Any]:
-    """What a worker's client takes over from the caller's (its URL aside)."""
-    return {
-        "retry": client.retry,
-        "heartbeat_timeout": client.heartbeat_timeout,
-        "max_result_bytes": client.max_result_bytes,
-        "max_line_bytes": client.max_line_bytes,
-        "call_timeout": client.call_timeout,
-        "request_timeout": client.request_timeout,
-        "ping_interval": client.ping_interval,
-    }

@@ -14,6 +14,10 @@ from typing import Any
 
 from ors_lab import display
 from ors_lab.display import Live
+from ors_lab.events import EventStream
+from ors_lab.notebook.settings import resolve
+from ors_lab.notebook.state import ViewState
+from ors_lab.notebook.view import LiveView
 
 __all__ = ["BUNDLE", "LIVE", "NotebookDisplay"]
 
@@ -43,4 +47,17 @@ class NotebookDisplay:
         return make(subject) if make is not None else None
 
 
+def live_state(state: ViewState, events: EventStream) -> LiveView | None:
+    """A view state's live view (a run's ``RunState``): attached to ``events`` and shown, as
+    ``ol.live_views()`` says; None when views are ``"off"``."""
+    mode = resolve()
+    if mode == "off":
+        return None
+    view = LiveView(state, mode=mode)
+    view.attach(events)
+    return view.show()
+
+
 display.register(NotebookDisplay())
+
+LIVE[ViewState] = live_state
