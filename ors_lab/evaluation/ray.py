@@ -153,7 +153,7 @@ class LocalCluster:
         self.temp_dir = temp_dir
 
     def close(self) -> None:
-        import ray
+        import ray  # optional and heavy: imported only when a Ray run starts
 
         ray.shutdown()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
@@ -179,7 +179,7 @@ def start_local(cpus: int | None = None) -> LocalCluster:
             "(ors_lab.evaluation.ray.start_local, or RayBackend(address=None)) before importing ray"
         )
     _loopback_env()
-    import ray
+    import ray  # optional and heavy: imported only when a Ray run starts
 
     temp_dir = tempfile.mkdtemp(prefix="ray_")  # short: AF_UNIX socket paths end at 107 bytes
     home = Path(temp_dir, "home")
@@ -232,13 +232,13 @@ def _worker_env(real_home: str | None) -> dict[str, str]:
 def _connect(address: str | None) -> LocalCluster | None:
     """Ray ready in this process: as it is, a cluster joined, or a local one started (returned, to stop)."""
     if "ray" in sys.modules:
-        import ray
+        import ray  # optional and heavy: imported only when a Ray run starts
 
         if ray.is_initialized():
             return None
     if address is None:
         return start_local()
-    import ray
+    import ray  # optional and heavy: imported only when a Ray run starts
 
     ray.init(address=address, log_to_driver=False)
     return None
@@ -376,7 +376,7 @@ class WorkerPool:
             return self.actors[n]
 
     def _make(self, backend: RayBackend, n: int) -> Any:
-        import ray
+        import ray  # optional and heavy: imported only when a Ray run starts
 
         actor = ray.remote(_Worker).options(
             num_cpus=backend.cpus, max_restarts=backend.restarts, max_concurrency=1000, **backend.options
@@ -384,7 +384,7 @@ class WorkerPool:
         return actor.remote(f"w{n}")
 
     def _kill(self, actor: Any) -> None:
-        import ray
+        import ray  # optional and heavy: imported only when a Ray run starts
 
         with contextlib.suppress(Exception):
             ray.kill(actor)
@@ -408,7 +408,7 @@ class WorkerPool:
 
 def _connection() -> tuple[str, str] | None:
     """Which Ray connection this process has (its job and node), None if none."""
-    import ray
+    import ray  # optional and heavy: imported only when a Ray run starts
 
     if not ray.is_initialized():
         return None
@@ -447,14 +447,14 @@ class RayRun:
             _loopback_env()  # before the first import of Ray, which checking the agent makes
         _check_shippable(self.agent, self.backend)
         self.pool.ready(self.backend)
-        import ray
+        import ray  # optional and heavy: imported only when a Ray run starts
 
         self.shipped = ray.put(None if self.backend.agent_factory is not None else self.agent)
 
     async def _begin(self, n: int, replace: bool = True) -> None:
         """Worker ``n`` told about this run (its server, job and agent). At the run's start (``replace``),
         one dead for good (killed between runs, or restarted too often) is replaced by a new one first."""
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError  # Ray: only when a Ray run starts
 
         for attempt in range(2 if replace else 1):
             actor = self.pool.actors[n]
@@ -520,7 +520,7 @@ class RayRun:
 
     async def _feed(self, n: int) -> None:
         """Hand shards to worker ``n`` until the queue is empty (or the worker is dead for good)."""
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError  # Ray: only when a Ray run starts
 
         while self.todo and not self.stopping:
             shard = self._shard()
@@ -538,7 +538,7 @@ class RayRun:
     async def _revived(self, n: int) -> bool:
         """Whether worker ``n``, dead, is back (Ray restarts it, ``restarts`` times at most) and told about
         this run again: it answers within ``REVIVE_S``, and has not been restarted more often than allowed."""
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError  # Ray: only when a Ray run starts
 
         deadline = time.monotonic() + REVIVE_S
         while time.monotonic() < deadline and not self.stopping:
@@ -635,7 +635,7 @@ def _unattached(_: Any) -> None:
 def _check_shippable(agent: Agent | Policy, backend: RayBackend) -> None:
     """``AgentNotShippableError`` unless the agent (or the factory making it) pickles as Ray pickles it:
     checked before any work, with the reason it does not."""
-    from ray import cloudpickle  # by value, as Ray sends it: a notebook's function, a lambda
+    from ray import cloudpickle  # by value, as Ray sends it (a notebook's function, a lambda); Ray: optional
 
     subject, what = (backend.agent_factory, "agent_factory") if backend.agent_factory is not None else (agent, "agent")
     try:
