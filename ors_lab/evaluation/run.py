@@ -41,11 +41,12 @@ How a run goes:
   raises ``EvaluationInterrupted`` (a ``KeyboardInterrupt``) whose ``.result`` is the partial
   ``EvalResult``, with a one-line message; a cancelled ``aevaluate`` raises ``CancelledError``.
   Either way ``last_result()`` gives the partial result.
-- ``progress=True`` shows the run as ``ors_lab.notebook`` draws it (``ol.live_views()``): the
-  dashboard (``RunState``) in a notebook, updated at most 10 times a second and left with its
-  final state and a static summary when the run ends, however it ends; the progress line
-  elsewhere; nothing when live views are ``"off"``. It is an inline subscriber doing a little
-  bookkeeping per event; if it fails, it is detached (or never shown) and the run goes on.
+- ``progress=True`` shows the run through the display hook (``ors_lab.display``), as
+  ``ors_lab.notebook`` draws it (``ol.live_views()``): the dashboard (``RunState``) in a notebook,
+  updated at most 10 times a second and left with its final state and a static summary when the
+  run ends, however it ends; the progress line elsewhere; nothing when live views are ``"off"``.
+  It is an inline subscriber doing a little bookkeeping per event; if it fails, it is detached (or
+  never shown) and the run goes on.
 - ``feed=PORT`` (or a ``Feed``) serves the run's events on 127.0.0.1 as Server-Sent Events while it
   runs (``ors_lab.feed``, ``docs/feed.md``), for ``ol.watch`` and ``ors-lab watch`` anywhere else: a
   port is taken before anything else (0: a free one; a port in use is an ``OSError``), its URL is
