@@ -69,7 +69,7 @@ def live(subject: object, events: Any) -> Live | None:
     try:
         return _display.live(subject, events)
     except Exception:  # the work matters more than its view
-        log.exception("ors_lab: the live view of %s could not be shown; the work goes on without it", type(subject))
+        log.exception("ors_lab: the live view could not be shown (%s); the work goes on without it", type(subject))
         return None
 
 

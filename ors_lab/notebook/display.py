@@ -18,10 +18,14 @@ from typing import Any
 from ors_lab import display
 from ors_lab.client import AsyncSession, Session
 from ors_lab.display import Live
+from ors_lab.events import EventStream
 from ors_lab.notebook import trace
 from ors_lab.notebook.session import SessionView, session_bundle, sync_session_bundle
+from ors_lab.notebook.settings import resolve
+from ors_lab.notebook.view import LiveView
 from ors_lab.protocol.models import ImageBlock, Split, Task, TextBlock, ToolResult, ToolSpec
 from ors_lab.viewer import blocks
+from ors_lab.viewer.state import ViewState
 
 __all__ = ["BUNDLE", "LIVE", "MAKE", "NotebookDisplay"]
 
@@ -68,6 +72,17 @@ class NotebookDisplay:
         return make(subject, **options)
 
 
+def live_state(state: ViewState, events: EventStream) -> LiveView | None:
+    """A view state's live view (a run's ``RunState``): attached to ``events`` and shown, as
+    ``ol.live_views()`` says; None when views are ``"off"``."""
+    mode = resolve()
+    if mode == "off":
+        return None
+    view = LiveView(state, mode=mode)
+    view.attach(events)
+    return view.show()
+
+
 display.register(NotebookDisplay())
 
 BUNDLE[AsyncSession] = session_bundle
@@ -79,3 +94,4 @@ BUNDLE[TextBlock] = blocks.bundle_of(blocks.text_block_html)
 BUNDLE[ToolResult] = blocks.bundle_of(blocks.result_html)
 BUNDLE[ToolSpec] = blocks.bundle_of(blocks.tool_html)
 LIVE[AsyncSession] = SessionView.start
+LIVE[ViewState] = live_state
