@@ -58,8 +58,8 @@ import httpx2
 from ors_lab.agents.openai import OpenAIAgent
 from ors_lab.client import Client
 from ors_lab.demo.launch import serve
-from ors_lab.viewer.watch import serve_watch
 from ors_lab.protocol.errors import ORSError, SplitRequiredError, TraceExistsError
+from ors_lab.viewer.watch import serve_watch
 
 __all__ = ["main"]
 

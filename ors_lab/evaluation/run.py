@@ -91,10 +91,10 @@ from ors_lab.evaluation.rows import RecordedRows, ResultRows, of_sessions, slim
 from ors_lab.evaluation.specs import TaskSpecs, describe, the_split
 from ors_lab.events import AGENT_KINDS, CloseEvent, EpisodeEvent, Event, EventStream, Subscriber
 from ors_lab.feed.server import Feed
-from ors_lab.viewer.run import RunState
 from ors_lab.protocol.errors import TraceExistsError, TraceFormatError
 from ors_lab.recording.parts import parts_dir
 from ors_lab.recording.recorder import Recorder
+from ors_lab.viewer.run import RunState
 
 __all__ = ["EvaluationInterrupted", "aevaluate", "discard_unstarted", "evaluate", "last_result", "trace_exists"]
 

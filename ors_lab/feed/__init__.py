@@ -5,9 +5,11 @@ makes one); ``FeedReader`` reads one. Watching a feed is drawn by the layers abo
 shows the dashboard of the run behind a feed, in a notebook or as a line (``ors_lab.notebook.watch``);
 ``serve_watch(url)`` serves it as a page (``ors-lab watch URL``, ``ors_lab.viewer.watch``). Both
 rebuild the run's dashboard state (``FeedState``, ``ors_lab.viewer.feed_state``) from the feed's
-events. Those names are kept here too, loaded on first use.
+events. Their old names here still work, as deprecated aliases.
 """
 
+import importlib
+import warnings
 from typing import Any
 
 from ors_lab.feed.reader import FeedReader, feed_url
@@ -17,12 +19,7 @@ __all__ = [
     "FEED_KINDS",
     "Feed",
     "FeedReader",
-    "FeedState",
-    "Watch",
-    "WatchPage",
     "feed_url",
-    "serve_watch",
-    "watch",
 ]
 
 _ABOVE = {
@@ -32,15 +29,13 @@ _ABOVE = {
     "serve_watch": "ors_lab.viewer.watch",
     "watch": "ors_lab.notebook.watch",
 }
-"""The names this package held before they moved up a layer (issue 31): kept here, loaded by name on first use
-and never imported by the feed itself, whose layer is below theirs."""
+"""Names this package held before they moved up a layer: deprecated aliases, loaded by name when used (the
+feed itself never imports a layer above its own)."""
 
 
 def __getattr__(name: str) -> Any:
     if name in _ABOVE:
-        import importlib  # the old names of what moved above the feed: loaded on first use, as ors_lab's lazy names
-
-        value = getattr(importlib.import_module(_ABOVE[name]), name)
-        globals()[name] = value
-        return value
+        warnings.warn(f"ors_lab.feed.{name} moved to {_ABOVE[name]}.{name}; the old name will go", DeprecationWarning,
+                      stacklevel=2)  # fmt: skip
+        return getattr(importlib.import_module(_ABOVE[name]), name)
     raise AttributeError(f"module 'ors_lab.feed' has no attribute {name!r}")

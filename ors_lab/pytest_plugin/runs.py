@@ -86,8 +86,8 @@ def replaying(settings: ReplaySettings, outcome: Outcome) -> Iterator[ReplayFixt
 
 @contextlib.contextmanager
 def recording(settings: ReplaySettings, outcome: Outcome) -> Iterator[ReplayFixture]:
-    from ors_lab.replay.proxy import serve_proxy  # pyarrow, starlette: only when a test records
     from ors_lab.recording.recorder import Recorder  # pyarrow: as above
+    from ors_lab.replay.proxy import serve_proxy  # pyarrow, starlette: only when a test records
 
     assert settings.upstream is not None
     temporary = _temporary(settings.trace_path, "recording")

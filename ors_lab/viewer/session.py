@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ors_lab.client import AsyncSession
-from ors_lab.viewer.state import ViewState
 from ors_lab.viewer.session_fold import (
     FULL_STEPS,
     IMAGE_CHARS,
@@ -23,6 +22,7 @@ from ors_lab.viewer.session_fold import (
 )
 from ors_lab.viewer.session_render import session_html, session_text
 from ors_lab.viewer.session_snapshot import session_snapshot
+from ors_lab.viewer.state import ViewState
 
 __all__ = [
     "FULL_STEPS",
