@@ -43,7 +43,7 @@ $(CHROMIUM):
 demo: $(BASE)
 	$(BIN)/ors-lab demo
 
-# lint-imports checks the layers drawn in the README (contracts in pyproject.toml, one in tests/contracts.py).
+# lint-imports checks the layers drawn in docs/architecture.md (contracts in pyproject.toml, one in tests/contracts.py).
 lint: $(STAMP)
 	$(BIN)/ruff check ors_lab tests bench
 	$(BIN)/ruff format --check ors_lab

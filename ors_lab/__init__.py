@@ -105,7 +105,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
+        import importlib  # only when a lazy name is first used
 
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value

@@ -22,7 +22,7 @@ HOST = "127.0.0.1"
 
 
 def _config(app: Any, port: int) -> Any:
-    import uvicorn
+    import uvicorn  # the server: loaded when one is served
 
     return uvicorn.Config(
         app,
@@ -85,7 +85,7 @@ def serve_app(
     A port in use is an ``OSError`` that names it. Exceptions of the ``quiet`` types end their
     connection without being logged.
     """
-    import uvicorn
+    import uvicorn  # the server: loaded when one is served
 
     _quieten(quiet)
     sock = listen(port)  # a port in use is an OSError here, before any thread starts
@@ -135,9 +135,9 @@ def run_app(
     sock: socket.socket | None = None,
 ) -> None:
     """Serve ``app`` on 127.0.0.1 in the foreground until SIGINT or SIGTERM (on ``sock`` if given)."""
-    import asyncio
+    import asyncio  # with uvicorn, only when serving in the foreground
 
-    import uvicorn
+    import uvicorn  # the server: loaded when one is served
 
     _quieten(quiet)
     if sock is None:

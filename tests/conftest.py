@@ -18,8 +18,12 @@ Servers are session-scoped and started lazily, once per test session, on 127.0.0
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import inspect
+import re
 import signal
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -161,11 +165,53 @@ SLOW_FILES = (
 """The longest files, collected first so that the workers start them first (no long file left for the end)."""
 
 
+# `make check`, the inner loop, runs the tests that need no browser and no kernel: a test is marked
+# `browser` or `kernel` here when its code, or a function of its module that it calls, starts one.
+BROWSER = re.compile(r"\bsync_playwright\b|\bJupyterLab\(")
+KERNEL = re.compile(r"\bKernel\(|\bstart_new_kernel\b|\bKernelManager\(|\bNotebookClient\(|\brun_queued\b")
+FIXTURES = {"browser": {"jupyter_lab", "notebook7"}, "kernel": {"kernel", "jupyter_lab", "notebook7"}}
+"""The fixtures that start one (pytest's fixtures are no plain functions: their code is not read here)."""
+
+
+def _starts(pattern: re.Pattern[str], module: types.ModuleType) -> set[str]:
+    """The names of `module`'s functions whose code matches `pattern`, or calls one that does."""
+    sources: dict[str, str] = {}
+    for name, value in vars(module).items():
+        if inspect.isfunction(value) and value.__module__ == module.__name__:
+            with contextlib.suppress(OSError, TypeError):  # made at run time: no source to read
+                sources[name] = inspect.getsource(value)
+    found = {name for name, source in sources.items() if pattern.search(source)}
+    while True:
+        calls = {name for name, source in sources.items() if name not in found
+                 and any(re.search(rf"\b{re.escape(hit)}\(", source) for hit in found)}  # fmt: skip
+        if not calls:
+            return found
+        found |= calls
+
+
+def _needs(item: pytest.Item, what: str, pattern: re.Pattern[str], seen: dict[str, set[str]]) -> bool:
+    """Whether `item` starts `what`: in its own code or its module's helpers (as `pattern` finds), or a fixture."""
+    function = getattr(item, "function", None)
+    module = getattr(item, "module", None)
+    if function is None or module is None:
+        return False
+    key = f"{module.__name__}:{pattern.pattern}"
+    if key not in seen:
+        seen[key] = _starts(pattern, module)
+    return function.__name__ in seen[key] or bool(FIXTURES[what] & set(getattr(item, "fixturenames", ())))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks the SERIAL examples and puts the SLOW_FILES first (the same order on every worker)."""
+    """Marks the SERIAL examples, the tests that start a browser or a kernel (notebooks run in one), and puts
+    the SLOW_FILES first (the same order on every worker)."""
+    seen: dict[str, set[str]] = {}
     for item in items:
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+        if _needs(item, "browser", BROWSER, seen):
+            item.add_marker(pytest.mark.browser)
+        if _needs(item, "kernel", KERNEL, seen) or item.nodeid.startswith("notebooks/"):
+            item.add_marker(pytest.mark.kernel)
     rank = {name: n for n, name in enumerate(SLOW_FILES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 

@@ -356,7 +356,7 @@ class Trace:
         A trace of more than ``EVENTS_ROWS`` rows is refused with ``TraceTooLargeError`` (such a frame
         would take more memory than a laptop has, and a kernel killed for it loses everything else):
         page through it with ``event_pages()``, or read the columns needed with ``select()``."""
-        from ors_lab.analysis.frames import events_frame
+        from ors_lab.analysis.frames import events_frame  # pandas: loaded when a frame is asked for
 
         if len(self) > EVENTS_ROWS:
             raise TraceTooLargeError(
@@ -369,21 +369,21 @@ class Trace:
     @cached_property
     def calls(self) -> pd.DataFrame:
         """One row per tool call: tool, input, ok, reward, finished, timings, chunks, pings, bytes."""
-        from ors_lab.analysis.frames import calls_frame
+        from ors_lab.analysis.frames import calls_frame  # pandas: loaded when a frame is asked for
 
         return self._frame("calls", lambda: calls_frame(self))
 
     @cached_property
     def sessions(self) -> pd.DataFrame:
         """One row per session: environment, task, open and close times, calls, pings."""
-        from ors_lab.analysis.frames import sessions_frame
+        from ors_lab.analysis.frames import sessions_frame  # pandas: loaded when a frame is asked for
 
         return self._frame("sessions", lambda: sessions_frame(self))
 
     @cached_property
     def steps(self) -> pd.DataFrame:
         """One row per tool call that returned a result, numbered within its episode."""
-        from ors_lab.analysis.frames import steps_frame
+        from ors_lab.analysis.frames import steps_frame  # pandas: loaded when a frame is asked for
 
         calls = self.__dict__.get("calls")  # when made already; else the calls without their outputs
         return self._frame("steps", lambda: steps_frame(self, calls))
@@ -391,7 +391,7 @@ class Trace:
     @cached_property
     def episodes(self) -> pd.DataFrame:
         """One row per episode: reward, total and final reward, finished, success, steps, error, tokens."""
-        from ors_lab.analysis.frames import episodes_frame
+        from ors_lab.analysis.frames import episodes_frame  # pandas: loaded when a frame is asked for
 
         steps = self.__dict__.get("steps")  # when made already; else counted from the result rows alone
         sessions = self.__dict__.get("sessions")
@@ -400,7 +400,7 @@ class Trace:
     @cached_property
     def tasks(self) -> pd.DataFrame:
         """One row per task: episodes, mean reward and its stderr, success rate, pass@k, tokens."""
-        from ors_lab.analysis.frames import tasks_frame
+        from ors_lab.analysis.frames import tasks_frame  # pandas: loaded when a frame is asked for
 
         episodes = self.episodes
         return self._frame("tasks", lambda: tasks_frame(episodes))
@@ -408,7 +408,7 @@ class Trace:
     @cached_property
     def errors(self) -> pd.DataFrame:
         """One row per episode that failed."""
-        from ors_lab.analysis.frames import errors_frame
+        from ors_lab.analysis.frames import errors_frame  # pandas: loaded when a frame is asked for
 
         episodes = self.episodes
         return self._frame("errors", lambda: errors_frame(episodes))
@@ -416,7 +416,7 @@ class Trace:
     @cached_property
     def transcripts(self) -> pd.DataFrame:
         """One row per turn of the agent: its reasoning, text and tool calls (the deltas joined), reward, errors."""
-        from ors_lab.analysis.frames import transcripts_frame
+        from ors_lab.analysis.frames import transcripts_frame  # pandas: loaded when a frame is asked for
 
         episodes = self.__dict__.get("episodes")  # when made already; else the cheaper listing of the same episodes
         return self._frame("transcripts", lambda: transcripts_frame(self, episodes))
@@ -424,7 +424,7 @@ class Trace:
     def summary(self) -> Summary:
         """The trace's episodes in one row, shown as a short vertical table: mean reward and its stderr,
         success rate, pass@k, errors."""
-        from ors_lab.analysis.frames import Summary, summary_frame
+        from ors_lab.analysis.frames import Summary, summary_frame  # pandas: loaded when a frame is asked for
 
         episodes = self.episodes
         return Summary(self._frame("summary", lambda: summary_frame(episodes)))
@@ -557,7 +557,7 @@ def _read_compacted(path: Path, skipped: dict[str, str]) -> pa.Table:
 
 def _pandas(table: pa.Table) -> pd.DataFrame:
     """An Arrow table as a DataFrame of Arrow-backed dtypes, as every frame of a trace."""
-    import pandas as pd
+    import pandas as pd  # loaded when a frame is asked for, not with the trace
 
     frame: pd.DataFrame = table.to_pandas(types_mapper=pd.ArrowDtype)
     return frame

@@ -134,7 +134,7 @@ class LiveView:
     def show(self) -> LiveView:
         """Draw the view where the caller is (a cell's output, or the text stream); returns the view."""
         if self.mode == "widgets" and self._handle is None:
-            from IPython.display import display
+            from IPython.display import display  # IPython: only when a widget is shown
 
             self._handle = display(self._bundle(), raw=True, display_id=True)  # type: ignore[no-untyped-call]
         elif self.mode == "text" and self._line is not None:
@@ -161,7 +161,7 @@ class LiveView:
     def front(self) -> Any:
         """The widget (made on first use)."""
         if self._front is None:
-            from ors_lab.notebook.widget import make_front
+            from ors_lab.notebook.widget import make_front  # anywidget: only when the widget is made
 
             with self._lock:
                 data, text = self.state.snapshot(), self.state.text()

@@ -22,7 +22,7 @@ __all__ = ["make_front"]
 
 @cache
 def _front_class() -> type:
-    import anywidget
+    import anywidget  # with traitlets, loaded when the first widget is made
     import traitlets
 
     class Front(anywidget.AnyWidget):

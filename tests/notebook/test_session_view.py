@@ -289,7 +289,7 @@ def test_the_throttle_bounds_updates_for_a_session_making_many_calls(ors_sdk_ser
         elapsed = time.monotonic() - started
     # one update per 0.1 s begun, the first change at once, and the last state at close
     assert 1 <= view.updates <= elapsed / 0.1 + 3, (view.updates, elapsed)
-    assert view.updates < calls / 10  # coalesced: each call is 5 events, and there are few updates per call
+    assert view.updates < calls  # coalesced: each call is 5 events, and there is less than one update per call
     assert (front.data["steps"], front.data["state"]) == (calls, "closed")
 
 
