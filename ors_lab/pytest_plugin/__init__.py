@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ors_lab.protocol.errors import TraceFormatError
 from ors_lab.pytest_plugin.runs import OPENERS, Outcome, ReplayFixture
 from ors_lab.pytest_plugin.settings import (
     MARKER_HELP,
@@ -79,7 +80,7 @@ from ors_lab.pytest_plugin.settings import (
     trace_path,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # loading the plugin imports nothing heavy: the replay is imported when a test asks for it
     from ors_lab.replay.serve import ReplayTransport
 
 __all__ = ["MODES", "ReplayFixture", "default_trace_path"]
@@ -234,8 +235,7 @@ def ors_replay_transport(
     trace with the ``ors_replay`` fixture). A missing trace fails the test, naming the command that
     records it.
     """
-    from ors_lab.protocol.errors import TraceFormatError
-    from ors_lab.replay.serve import ReplayTransport
+    from ors_lab.replay.serve import ReplayTransport  # pandas, pyarrow: only when a test asks for it
 
     item = request.node
     settings = _settings(item, ors_record_mode, ors_replay_config, ors_trace_path)
