@@ -31,6 +31,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,6 +44,10 @@ from ors_lab.cli import _parser
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FILE_LINE = re.compile(r"#\s*((?:test_\w+|conftest)\.py)")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+"""A Markdown link ``[text](target)``: its target."""
+FRONT_PAGE_LINES = 300
+"""The README is a front page: at most this many lines (the guides are pages of docs/)."""
 TIMEOUT = 180.0
 """Seconds a block (or one command of an ``sh`` block) may take."""
 UNSET = ("OPENAI_API_KEY", "PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")
@@ -219,3 +224,58 @@ def test_every_python_block_is_an_example() -> None:
         fences = len(re.findall(r"^\s*```python\s*$", path.read_text(), re.MULTILINE))
         python = [e for e in SYBIL.parse(path) if e.region.evaluator is run_python]
         assert len(python) == fences, path
+
+
+# -- the documents' shape ----------------------------------------------------------------------------
+
+
+def prose(text: str) -> str:
+    """The document without its fenced blocks and inline code, where a ``[x](y)`` or a ``#`` is no Markdown."""
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.MULTILINE | re.DOTALL))
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors of a document's headings, made as GitHub makes them (lower case, punctuation dropped,
+    spaces as hyphens, ``-1``, ``-2``... after a repeated one)."""
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*$", prose(text.replace("`", "")), re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        if seen[slug]:
+            seen[f"{slug}-{seen[slug]}"] = 0
+    return set(seen)
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_relative_link_leads_somewhere(path: Path) -> None:
+    """Each relative link of the documents names a file of the repository, and a heading of it when it names one."""
+    broken = []
+    for target in LINK.findall(prose(path.read_text())):
+        if re.match(r"[a-z]+:", target):
+            continue  # an absolute URL: not this repository's
+        name, _, anchor = target.partition("#")
+        linked = (path.parent / name).resolve() if name else path
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked.read_text()):
+            broken.append(f"{target}: no such heading in {linked.relative_to(ROOT)}")
+    assert not broken, f"{path.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_readme_is_a_front_page() -> None:
+    """README.md is at most 300 lines and links to every page of docs/."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= FRONT_PAGE_LINES
+    linked = {Path(target.partition("#")[0]).name for target in LINK.findall(prose(readme))}
+    assert {page.name for page in DOCUMENTS[1:]} <= linked
+
+
+def test_architecture_draws_the_layer_contract() -> None:
+    """docs/architecture.md's picture of the layers is pyproject.toml's layers contract, line for line, top first."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [contract["layers"] for contract in contracts if contract["type"] == "layers"]
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    picture = re.search(r"^## The layers, top first\n+```\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert picture is not None, "docs/architecture.md has no picture under '## The layers, top first'"
+    drawn = [re.split(r"\s{2,}", line.strip())[0] for line in picture.group(1).splitlines() if line.strip()]
+    assert drawn == layers
