@@ -10,7 +10,7 @@ CHROMIUM := /usr/bin/chromium
 # Screenshots of the browser tests: a test artefact, kept after the run, ignored by git.
 ORS_LAB_SCREENSHOTS ?= $(CURDIR)/build/screenshots
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test check lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,8 +57,14 @@ test: $(STAMP) $(CHROMIUM) lint
 	export IPYTHONDIR=$$NBTMP/ipython JUPYTER_CONFIG_DIR=$$NBTMP/cfg JUPYTER_DATA_DIR=$$NBTMP/data \
 	       JUPYTER_RUNTIME_DIR=$$NBTMP/rt XDG_CONFIG_HOME=$$NBTMP/xdg-config XDG_CACHE_HOME=$$NBTMP/xdg-cache \
 	       OPENREWARD_DISABLE_UPDATE_CHECK=1 ORS_LAB_SCREENSHOTS=$(ORS_LAB_SCREENSHOTS) && \
-	$(BIN)/python -m pytest $(PYTEST_OPTIONS) -n 3 --dist loadfile -m "not serial" --durations=10 tests notebooks && \
-	$(BIN)/python -m pytest $(PYTEST_OPTIONS) -m serial --durations=5 tests notebooks
+	$(BIN)/python -m pytest $(PYTEST_OPTIONS) -n 3 --dist loadfile -m "not serial" --durations=10 --junitxml=build/junit-parallel.xml tests notebooks && \
+	$(BIN)/python -m pytest $(PYTEST_OPTIONS) -m serial --durations=5 --junitxml=build/junit-serial.xml tests notebooks
+
+# The inner loop: lint, types, and the tests that start no browser, no kernel and no Ray cluster
+# (markers set in tests/conftest.py) and are not marked slow, on three workers: about 2 minutes.
+check: $(STAMP) lint
+	OPENREWARD_DISABLE_UPDATE_CHECK=1 $(BIN)/python -m pytest -p no:cacheprovider -n 3 -q \
+	    -m "not browser and not kernel and not serial and not slow" --durations=5 tests
 
 # Two passes: three xdist workers (a file each; the longest first, tests/conftest.py), then the
 # `serial` tests alone (a Ray cluster, wall-clock timing).
