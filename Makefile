@@ -60,11 +60,11 @@ test: $(STAMP) $(CHROMIUM) lint
 	$(BIN)/python -m pytest $(PYTEST_OPTIONS) -n 3 --dist loadfile -m "not serial" --durations=10 --junitxml=build/junit-parallel.xml tests notebooks && \
 	$(BIN)/python -m pytest $(PYTEST_OPTIONS) -m serial --durations=5 --junitxml=build/junit-serial.xml tests notebooks
 
-# The inner loop: lint, types, and the tests that start no browser, no kernel and no Ray cluster
-# (markers set in tests/conftest.py) and are not marked slow, on three workers: about 2 minutes.
+# The inner loop, about 2 minutes: lint, types, and the tests that start no browser, kernel or Ray cluster
+# and took at most a second when last timed (`--quick`, tests/conftest.py), on three workers. The timings:
+# `$(BIN)/python -m tests.durations build/junit-*.xml` after a `make test`.
 check: $(STAMP) lint
-	OPENREWARD_DISABLE_UPDATE_CHECK=1 $(BIN)/python -m pytest -p no:cacheprovider -n 3 -q \
-	    -m "not browser and not kernel and not serial and not slow" --durations=5 tests
+	OPENREWARD_DISABLE_UPDATE_CHECK=1 $(BIN)/python -m pytest -p no:cacheprovider -n 3 -q --quick --durations=5 tests
 
 # Two passes: three xdist workers (a file each; the longest first, tests/conftest.py), then the
 # `serial` tests alone (a Ray cluster, wall-clock timing).

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+import tests.durations
 from ors_lab.demo.launch import ServerProcess, serve
 from ors_lab.notebook import settings
 from tests.cutting_proxy import CuttingProxy
@@ -136,6 +137,19 @@ def ray_cluster() -> Iterator[Any]:
         yield cluster
 
 
+QUICK_S = 1.0
+"""`--quick` (`make check`) leaves out the tests recorded (tests/durations.json) as taking longer than this."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the inner loop (make check): leave out the tests "
+        "that start a browser, a kernel or Ray, are marked slow, or took over QUICK_S when last timed",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """A test run started with SIGINT ignored (a background job of a non-interactive shell) takes it back:
     the processes the tests start inherit an ignored SIGINT and Python keeps it, so a test's Ctrl-C to
@@ -202,8 +216,8 @@ def _needs(item: pytest.Item, what: str, pattern: re.Pattern[str], seen: dict[st
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks the SERIAL examples, the tests that start a browser or a kernel (notebooks run in one), and puts
-    the SLOW_FILES first (the same order on every worker)."""
+    """Marks the SERIAL examples and the tests that start a browser or a kernel (notebooks run in one); with
+    `--quick`, leaves out those and the long ones; puts the SLOW_FILES first (the same order on every worker)."""
     seen: dict[str, set[str]] = {}
     for item in items:
         if item.nodeid.startswith(SERIAL):
@@ -212,6 +226,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.browser)
         if _needs(item, "kernel", KERNEL, seen) or item.nodeid.startswith("notebooks/"):
             item.add_marker(pytest.mark.kernel)
+    if config.getoption("quick"):
+        durations = tests.durations.load()
+        kept, left = [], []
+        for item in items:
+            long = durations.get(item.nodeid, 0.0) > QUICK_S or item.get_closest_marker("slow") is not None
+            heavy = any(item.get_closest_marker(name) is not None for name in ("browser", "kernel", "serial"))
+            (left if long or heavy else kept).append(item)
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
     rank = {name: n for n, name in enumerate(SLOW_FILES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
