@@ -146,7 +146,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--quick",
         action="store_true",
         help="the inner loop (make check): leave out the tests "
-        "that start a browser, a kernel or Ray, are marked slow, or took over QUICK_S when last timed",
+        f"that start a browser, a kernel or Ray, are marked slow, or took over {QUICK_S} s when last timed",
     )
 
 
