@@ -135,7 +135,7 @@ def draw_first_page(snapshot: dict[str, Any]) -> float:
     from playwright.sync_api import sync_playwright
 
     from ors_lab.html import stylesheet
-    from ors_lab.notebook.widget import esm
+    from ors_lab.viewer.page import esm
 
     harness = """async (data) => {
       const widget = await import(URL.createObjectURL(new Blob([window.ESM], { type: "text/javascript" })));

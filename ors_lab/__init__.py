@@ -71,7 +71,8 @@ if TYPE_CHECKING:
     from ors_lab.agents import Agent, Episode, Observation, OpenAIAgent, PolicyAgent, Step, ToolCall
     from ors_lab.analysis import Trace, load_trace
     from ors_lab.evaluation import EvalResult, EvaluationInterrupted, RayBackend, aevaluate, evaluate, last_result
-    from ors_lab.feed import Feed, Watch, watch
+    from ors_lab.feed import Feed
+    from ors_lab.notebook.watch import Watch, watch
     from ors_lab.recording import Recorder
     from ors_lab.replay import AgentReplayTransport, Fault, ReplayServer, ReplayTransport
 
@@ -90,8 +91,8 @@ _LAZY = {
     "evaluate": "ors_lab.evaluation",
     "last_result": "ors_lab.evaluation",
     "Feed": "ors_lab.feed",
-    "Watch": "ors_lab.feed",
-    "watch": "ors_lab.feed",
+    "Watch": "ors_lab.notebook.watch",
+    "watch": "ors_lab.notebook.watch",
     "Recorder": "ors_lab.recording",
     "Trace": "ors_lab.analysis",
     "load_trace": "ors_lab.analysis",

@@ -41,7 +41,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
+import inspect
 import os
+import re
 import signal
 import sys
 import threading
@@ -50,11 +53,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx2
+
+from ors_lab.agents.openai import OpenAIAgent
+from ors_lab.client import Client
+from ors_lab.demo.launch import serve
+from ors_lab.protocol.errors import ORSError, SplitRequiredError, TraceExistsError
+from ors_lab.viewer.watch import serve_watch
+
 __all__ = ["main"]
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ors_lab.demo.run import run_demo
+    from ors_lab.demo.run import run_demo  # pandas, pyarrow: only for this command
 
     run_demo(args.out, split=args.split, rollouts=args.rollouts, port=args.port)
     return 0
@@ -62,9 +73,6 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _load_agent(spec: str) -> object:
     """``module:object`` (a dotted object path after the colon) → the object; a class is instantiated."""
-    import importlib
-    import inspect
-
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise argparse.ArgumentTypeError(f"--agent takes MODULE:OBJECT (e.g. mypkg.agents:solver), not {spec!r}")
@@ -83,10 +91,9 @@ def _episodes_path(trace: Path) -> Path:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from ors_lab.client import Client
+    # pandas, pyarrow: only for this command
     from ors_lab.evaluation.run import discard_unstarted, evaluate, trace_exists
-    from ors_lab.protocol.errors import SplitRequiredError, TraceExistsError
-    from ors_lab.recording.recorder import Recorder
+    from ors_lab.recording.recorder import Recorder  # pyarrow: as above
 
     if args.agent is not None and args.openai_model is not None:
         print("ors-lab eval: give --agent or --openai-model, not both", file=sys.stderr)
@@ -94,8 +101,6 @@ def _eval(args: argparse.Namespace) -> int:
     if args.agent is not None:
         agent = _load_agent(args.agent)
     elif args.openai_model is not None:
-        from ors_lab.agents.openai import OpenAIAgent
-
         agent = OpenAIAgent(args.openai_model, base_url=args.openai_base_url, api_key_env=args.openai_api_key_env)
     else:
         print("ors-lab eval: give --agent MODULE:OBJECT or --openai-model MODEL", file=sys.stderr)
@@ -108,7 +113,7 @@ def _eval(args: argparse.Namespace) -> int:
         return 2
     backend = None
     if args.ray is not None:
-        from ors_lab.evaluation.ray import RayBackend
+        from ors_lab.evaluation.ray import RayBackend  # pandas, pyarrow: as above (Ray itself when the run starts)
 
         backend = RayBackend(address=args.ray or None, workers=args.workers or 1)
     resume = not args.overwrite and args.resume is not False
@@ -148,8 +153,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from ors_lab.feed.watch import serve_watch
-
     serve_watch(args.feed, port=args.port, say=lambda text: print(text, flush=True))
     return 0
 
@@ -166,8 +169,6 @@ def _port(text: str) -> int:
 
 
 def _demo_server(args: argparse.Namespace) -> int:
-    from ors_lab.demo.launch import serve
-
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with serve(port=args.port) as server:
@@ -178,15 +179,15 @@ def _demo_server(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from ors_lab.analysis.show import summarize
-    from ors_lab.analysis.trace import load_trace
+    from ors_lab.analysis.show import summarize  # pandas, pyarrow: only for this command
+    from ors_lab.analysis.trace import load_trace  # pandas, pyarrow: as above
 
     print(summarize(load_trace(args.trace)), end="")
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
-    from ors_lab.analysis.trace import load_trace
+    from ors_lab.analysis.trace import load_trace  # pandas, pyarrow: only for this command
 
     trace = load_trace(args.trace)
     out = Path(args.out) if args.out else Path(args.trace).with_suffix(".html")
@@ -195,8 +196,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ors_lab.analysis.trace import load_trace
-    from ors_lab.replay.check import call_streams, check_trace, format_violations
+    from ors_lab.analysis.trace import load_trace  # pandas, pyarrow: only for this command
+    from ors_lab.replay.check import call_streams, check_trace, format_violations  # pandas, pyarrow: as above
 
     trace = load_trace(args.trace)
     violations = check_trace(trace, ping_interval=args.ping_interval, ping_slack=args.ping_slack)
@@ -231,7 +232,7 @@ def _speed(text: str) -> float:
 
 def _fault(text: str) -> object:
     """An argparse type: a fault, as ``ors_lab.replay.faults`` writes them."""
-    from ors_lab.replay.faults import Fault
+    from ors_lab.replay.faults import Fault  # the replay loads pandas, pyarrow: only when --fault is given
 
     try:
         return Fault.parse(text)
@@ -270,7 +271,7 @@ def _positive_seconds(text: str) -> float:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from ors_lab.replay.serve import run_replay
+    from ors_lab.replay.serve import run_replay  # pandas, pyarrow: only for this command
 
     def say(text: str) -> None:
         print(text, flush=True)
@@ -290,7 +291,7 @@ def _redaction(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _proxy(args: argparse.Namespace) -> int:
-    from ors_lab.recording.proxy import run_proxy
+    from ors_lab.replay.proxy import run_proxy  # pyarrow, starlette: only for this command
 
     bound: dict[str, Any] = {} if args.max_result_bytes is None else {"max_result_bytes": args.max_result_bytes}
     run_proxy(args.upstream, args.out, port=args.port, say=lambda text: print(text, flush=True),
@@ -300,8 +301,6 @@ def _proxy(args: argparse.Namespace) -> int:
 
 def _pattern(text: str) -> str:
     """An argparse type: a regular expression that compiles."""
-    import re
-
     try:
         re.compile(text)
     except re.error as exc:
@@ -424,10 +423,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ors-lab`` console script: expected failures end in one line, not a traceback
     (``--debug`` or ``ORS_LAB_DEBUG=1``: the traceback first)."""
     args = _parser().parse_args(argv)
-    import httpx2
-
-    from ors_lab.protocol.errors import ORSError, TraceExistsError
-
     debug = args.debug or os.environ.get("ORS_LAB_DEBUG", "") not in ("", "0")
     try:
         return int(args.run(args))
@@ -447,8 +442,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _one_line(exc: BaseException) -> str:
     """An expected failure as one line; a network error keeps its type's name (``ConnectError: ...``)."""
-    from ors_lab.protocol.errors import ORSError
-
     text = " ".join(str(exc).split())
     if isinstance(exc, OSError) and exc.strerror:  # "[Errno 2] No such file..." without the number
         text = exc.strerror if exc.filename is None else f"{exc.strerror}: {exc.filename}"

@@ -13,6 +13,11 @@ own text fallback. inspect_ai's core offers the same seam (its abstract ``displa
   view.
 - ``bundle(subject)``: how ``subject`` shows itself when displayed (``_repr_mimebundle_``), or None
   for the subject's own fallback.
+- ``make(subject, what, **options)``: something else the display layer makes of ``subject``, named
+  by ``what``, for a subject that only holds data: a loaded trace (``ors_lab.analysis.Trace``) asks
+  for its ``"view"`` (its live view, not yet shown: ``page_size=``), its ``"html"`` (its static
+  summary) and its ``"report"`` (its HTML report written: ``path=``, ``timelines=``; the ``Report``).
+  ``LookupError`` when no display is registered or it makes no such thing.
 
 A display draws the subjects it knows and returns None for the others. This module imports nothing
 of ours, so every layer may use it (``events`` is an ``ors_lab.events.EventStream``; the protocol's
@@ -24,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-__all__ = ["Display", "Live", "bundle", "live", "register"]
+__all__ = ["Display", "Live", "bundle", "live", "make", "register"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,8 @@ class Display(Protocol):
 
     def bundle(self, subject: object) -> dict[str, Any] | None: ...
 
+    def make(self, subject: object, what: str, /, **options: Any) -> Any: ...
+
 
 _display: Display | None = None
 
@@ -62,10 +69,18 @@ def live(subject: object, events: Any) -> Live | None:
     try:
         return _display.live(subject, events)
     except Exception:  # the work matters more than its view
-        log.exception("ors_lab: the live view of %s could not be shown; the work goes on without it", type(subject))
+        log.exception("ors_lab: the live view could not be shown (%s); the work goes on without it", type(subject))
         return None
 
 
 def bundle(subject: object) -> dict[str, Any] | None:
     """How ``subject`` shows itself when displayed (its MIME bundle); None: its own text fallback."""
     return _display.bundle(subject) if _display is not None else None
+
+
+def make(subject: object, what: str, /, **options: Any) -> Any:
+    """What the display layer makes of ``subject`` for ``what`` (see the module docstring); ``LookupError``
+    when none is registered or it makes no such thing."""
+    if _display is None:
+        raise LookupError(f"no display is registered to make the {what} of {type(subject).__name__}")
+    return _display.make(subject, what, **options)

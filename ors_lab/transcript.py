@@ -7,25 +7,39 @@ pieces, its whole input (``tool-input-available``), its outcome (``tool-output-a
 and ``block-end`` bracket one turn. ``AgentStream`` takes these events one at a time as wire dicts
 (``event.to_wire()``, or a trace row's ``data`` parsed) and keeps ``parts``: one ``Part`` per
 reasoning or text part, per tool call and per error, its pieces joined, in the order each began.
-``turns()`` groups the parts by turn.
+``turns()`` groups the parts by turn. ``take(event)`` is the same for a typed event
+(``ors_lab.events``: read by its ``kind`` and fields, so this module imports nothing of ours).
 
-It is pure bookkeeping over dicts, so the trace viewer's timeline, ``Trace.transcripts`` and any
-live view read the agent the same way::
+It is pure bookkeeping, so the trace viewer's timeline, ``Trace.transcripts``, the run dashboard's
+live panes and transcripts read the agent the same way::
 
     stream = AgentStream()
     for item in items:            # {"type": "text-delta", "id": "text-3", "delta": "The answer"}, ...
         stream.feed(item)
     [(turn.name, turn.text, [call.arguments for call in turn.tool_calls]) for turn in stream.turns()]
+
+``join_deltas(events)`` is the same joining for a run's live feed: the deltas of one part that follow
+each other in an episode become one event (``DELTA_FIELDS`` names their fields).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["STREAM_KINDS", "AgentStream", "Part", "Turn", "join_stream", "output_text"]
+__all__ = [
+    "DELTA_FIELDS",
+    "PART_KINDS",
+    "STREAM_KINDS",
+    "AgentStream",
+    "Part",
+    "Turn",
+    "join_deltas",
+    "join_stream",
+    "output_text",
+]
 
 STREAM_KINDS = (
     "block-start",
@@ -46,6 +60,19 @@ STREAM_KINDS = (
     "error",
 )
 """The agent kinds ``AgentStream`` reads; it ignores any other (``start``, ``usage``, ``finish``, ...)."""
+PART_KINDS = STREAM_KINDS[2:11]
+"""The kinds that begin, extend or end a part from its pieces: reasoning, text, a tool call's streamed input."""
+DELTA_FIELDS = {
+    "text-delta": ("id", "delta", "delta"),
+    "reasoning-delta": ("id", "delta", "delta"),
+    "tool-input-delta": ("tool_call_id", "input_text_delta", "inputTextDelta"),
+}
+"""The delta kinds: the field naming the part, the field of the delta and its wire key (``join_deltas``)."""
+_WIRE = {"block_name": "blockName", "block_id": "blockId", "id": "id", "delta": "delta", "tool_call_id": "toolCallId",
+         "tool_name": "toolName", "input_text_delta": "inputTextDelta", "input": "input", "output": "output",
+         "error": "error", "reason": "reason", "reward": "reward", "finished": "finished", "code": "code",
+         "error_type": "errorType", "message": "message"}  # fmt: skip
+"""A field of a typed event -> its key in the event's wire dict."""
 
 
 @dataclass(slots=True)
@@ -125,6 +152,10 @@ class Turn:
         return [part.error or part.text for part in self.parts if part.error is not None or part.kind == "error"]
 
 
+_TEXT_KINDS = frozenset(STREAM_KINDS[2:8])
+_CALL_KINDS = frozenset((*STREAM_KINDS[8:14], "reward"))
+
+
 class AgentStream:
     """An agent's stream, rebuilt as it is fed: see the module docstring."""
 
@@ -138,47 +169,53 @@ class AgentStream:
 
     def feed(self, item: Mapping[str, Any], at: Any = None) -> Part | None:
         """Take one event (its wire dict) seen at position ``at``; return the part it made or changed."""
-        kind = item.get("type")
+        return self._step(item.get("type"), lambda name: item.get(_WIRE[name]), at)
+
+    def take(self, event: Any, at: Any = None) -> Part | None:
+        """``feed`` for a typed event (an ``ors_lab.events`` event, read by its ``kind`` and fields)."""
+        return self._step(event.kind, lambda name: getattr(event, name, None), at)
+
+    def _step(self, kind: Any, get: Callable[[str], Any], at: Any) -> Part | None:
+        """One event of ``kind``, its fields by ``get(name)``: the one joiner of both entries."""
         if kind == "block-start":
-            self._turns.append(Turn(len(self._turns) + 1, _str(item.get("blockName")), _str(item.get("blockId"))))
+            self._turns.append(Turn(len(self._turns) + 1, _str(get("block_name")), _str(get("block_id"))))
             self._in_block, self._loose = True, None
             return None
         if kind == "block-end":
             self._in_block = False
             return None
-        if kind in ("reasoning-start", "reasoning-delta", "reasoning-end", "text-start", "text-delta", "text-end"):
+        if kind in _TEXT_KINDS:
             part_kind, _, step = str(kind).partition("-")
-            key = (part_kind, str(item.get("id") or ""))
+            key = (part_kind, str(get("id") or ""))
             part = self._open.get(key)
             if part is None or part.done:
                 part = self._open[key] = self._new(part_kind, key[1], at)
             if step == "delta":
-                self._piece(part, item.get("delta"))
+                self._piece(part, get("delta"))
             elif step == "end":
                 part.done = True
             part.last = at
             return part
-        if kind in ("tool-input-start", "tool-input-delta", "tool-input-end", "tool-input-available",
-                    "tool-output-available", "tool-output-error", "reward"):  # fmt: skip
-            part = self._call(str(item.get("toolCallId") or ""), at)
+        if kind in _CALL_KINDS:
+            part = self._call(str(get("tool_call_id") or ""), at)
             part.last = at
-            if kind in ("tool-input-start", "tool-input-available") and item.get("toolName") is not None:
-                part.tool = str(item["toolName"])
+            if kind in ("tool-input-start", "tool-input-available") and get("tool_name") is not None:
+                part.tool = str(get("tool_name"))
             if kind == "tool-input-delta":
-                self._piece(part, item.get("inputTextDelta"))
+                self._piece(part, get("input_text_delta"))
             elif kind == "tool-input-available":
-                part.input = item.get("input")
+                part.input = get("input")
             elif kind == "tool-output-available":
-                part.output, part.done = item.get("output"), True
+                part.output, part.done = get("output"), True
             elif kind == "tool-output-error":
-                part.error, part.reason, part.done = str(item.get("error") or ""), _str(item.get("reason")), True
+                part.error, part.reason, part.done = str(get("error") or ""), _str(get("reason")), True
             elif kind == "reward":
-                part.reward, part.finished = _float(item.get("reward")), bool(item.get("finished"))
+                part.reward, part.finished = _float(get("reward")), bool(get("finished"))
             return part
         if kind == "error":
-            part = self._new("error", str(item.get("code") or item.get("errorType") or "error"), at)
-            part.error, part.reason, part.done = str(item.get("message") or ""), _str(item.get("errorType")), True
-            self._piece(part, item.get("message"))
+            part = self._new("error", str(get("code") or get("error_type") or "error"), at)
+            part.error, part.reason, part.done = str(get("message") or ""), _str(get("error_type")), True
+            self._piece(part, get("message"))
             part.last = at
             return part
         return None
@@ -221,6 +258,26 @@ def join_stream(items: Iterable[Mapping[str, Any]]) -> AgentStream:
     for index, item in enumerate(items):
         stream.feed(item, index)
     return stream
+
+
+def join_deltas(events: Iterable[Any]) -> list[tuple[Any, list[str]]]:
+    """Each event with the deltas joined onto it: the deltas of one part (``DELTA_FIELDS``) that follow each
+    other in an episode (its ``session_id``) are the first one's, the later ones' pieces in a list beside it."""
+    items: list[tuple[Any, list[str]]] = []
+    last: dict[str | None, int] = {}  # session -> index of its latest item
+    for event in events:
+        spec = DELTA_FIELDS.get(event.kind)
+        sid = event.session_id
+        if spec is not None:
+            at = last.get(sid)
+            if at is not None:
+                previous, more = items[at]
+                if previous.kind == event.kind and getattr(previous, spec[0]) == getattr(event, spec[0]):
+                    more.append(getattr(event, spec[1]))
+                    continue
+        last[sid] = len(items)
+        items.append((event, []))
+    return items
 
 
 def output_text(value: Any) -> str | None:

@@ -54,7 +54,7 @@ def test_the_wheel_carries_the_license_and_the_views_front_end(wheel: Path) -> N
     assert f"{info}/licenses/LICENSE" in names
     assert zipfile.ZipFile(wheel).read(f"{info}/licenses/LICENSE") == (REPO_ROOT / "LICENSE").read_bytes()
     scripts = ("common", "session", "run", "trace", "main", "page", "report", "watch")  # the views, the pages
-    static = {f"ors_lab/notebook/static/{name}.js" for name in scripts}
+    static = {f"ors_lab/viewer/static/{name}.js" for name in scripts}
     assert static | {"ors_lab/html/style.css"} <= set(names)
 
 

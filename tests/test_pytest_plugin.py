@@ -17,7 +17,7 @@ import pytest
 
 from ors_lab import Client, Recorder, load_trace
 from ors_lab.demo.launch import ServerProcess
-from ors_lab.recording.proxy import serve_proxy
+from ors_lab.replay.proxy import serve_proxy
 
 pytest_plugins = ["pytester"]
 

@@ -173,7 +173,7 @@ class OpenAIAgent:
         usage: bool = True,
     ) -> None:
         try:
-            import openai  # noqa: F401
+            import openai  # noqa: F401  # the optional extra: is it installed? (imported where it is used)
         except ImportError as exc:
             raise ImportError("OpenAIAgent needs the openai SDK: pip install 'ors-lab[openai]'") from exc
         self.model = model
@@ -202,7 +202,7 @@ class OpenAIAgent:
         return key
 
     async def run(self, episode: Episode) -> None:
-        import openai
+        import openai  # the optional extra: imported where it is used
 
         # before the HTTP client exists: a missing key leaves nothing open. A replay needs none: the
         # SDK is handed a stand-in, and the client sends no Authorization header (recording_http_client)

@@ -1,8 +1,37 @@
 """Analysis, the reading side of traces: ``load_trace`` / ``Trace``, and the DataFrame builders
-(steps, episodes, tasks, ...) that ``EvalResult`` uses too; the reward reduction and pass@k."""
+(events, calls, sessions, steps, episodes, tasks, errors, summary, transcripts: ``ors_lab.analysis.frames``)
+that ``Trace`` and ``EvalResult`` both use; the reward reduction and pass@k."""
 
-from ors_lab.analysis.frames import finished_episodes
+from ors_lab.analysis.frames import (
+    calls_frame,
+    episodes_frame,
+    errors_frame,
+    events_frame,
+    finished_episodes,
+    sessions_frame,
+    steps_frame,
+    summary_frame,
+    tasks_frame,
+    transcripts_frame,
+)
 from ors_lab.analysis.reduce import REDUCTIONS, Reduction, pass_at_k, reduce_reward
 from ors_lab.analysis.trace import Trace, load_trace
 
-__all__ = ["REDUCTIONS", "Reduction", "Trace", "finished_episodes", "load_trace", "pass_at_k", "reduce_reward"]
+__all__ = [
+    "REDUCTIONS",
+    "Reduction",
+    "Trace",
+    "calls_frame",
+    "episodes_frame",
+    "errors_frame",
+    "events_frame",
+    "finished_episodes",
+    "load_trace",
+    "pass_at_k",
+    "reduce_reward",
+    "sessions_frame",
+    "steps_frame",
+    "summary_frame",
+    "tasks_frame",
+    "transcripts_frame",
+]

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ors_lab import display
 from ors_lab.protocol.errors import TraceFormatError, TraceNotFoundError, TraceTooLargeError
 from ors_lab.recording.parts import (
     check_metadata,
@@ -69,9 +70,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ors_lab.analysis.frames import Summary
-    from ors_lab.analysis.report import Report
-    from ors_lab.notebook.trace import TraceState
-    from ors_lab.notebook.view import LiveView
 
 __all__ = ["EVENTS_ROWS", "PAGE_ROWS", "Trace", "load_trace"]
 
@@ -230,7 +228,6 @@ class Trace:
         self.path = path
         self.partial = partial
         self.skipped = dict(skipped or {})
-        self._listing: pd.DataFrame | None = None  # the viewer's list, made on first view
         self._schema_metadata = metadata
         checked = check_metadata(path, metadata)
         self.metadata: dict[str, Any] = {
@@ -319,47 +316,38 @@ class Trace:
         if held:
             yield _pandas(pa.concat_tables(pending))
 
-    # -- showing itself -------------------------------------------------------------------------------
+    # -- showing itself: drawn by the display layer (``ors_lab.display``), this holds the data only ------------
 
-    def view(self, *, page_size: int | None = None) -> LiveView:
-        """The trace viewer (``ors_lab.notebook.trace``): its episodes a page at a time, and any
-        episode's timeline on a click. Display it (a cell ending with it) or call ``.show()``."""
-        from ors_lab.notebook.view import LiveView
+    def view(self, *, page_size: int | None = None) -> Any:
+        """The trace viewer (``ors_lab.viewer.trace``, a ``LiveView`` of it): its episodes a page at a time, and
+        any episode's timeline on a click. Display it (a cell ending with it) or call ``.show()``."""
+        return display.make(self, "view", page_size=page_size)
 
-        return LiveView(self._state(page_size))
-
-    def _state(self, page_size: int | None = None) -> TraceState:
-        from ors_lab.analysis.frames import listing_frame
-        from ors_lab.notebook.trace import PAGE_SIZE, TraceState
-
-        if self._listing is None:
-            self._listing = self._frame("listing", lambda: listing_frame(self))
-        listing = self._listing
-        title = "Trace (partial)" if self.partial else "Trace"
-        return TraceState(self.table, listing, path=str(self.path), title=title, page_size=page_size or PAGE_SIZE)
-
-    def to_html(self, path: str | os.PathLike[str], *, timelines: int | None = None) -> Report:
+    def to_html(self, path: str | os.PathLike[str], *, timelines: int | None = None) -> Any:
         """Write the run's report to ``path``: one self-contained HTML file to share (no network, no
         kernel): the summary, each evaluation's dashboard and per-task table, and the episodes with
         their timelines and transcripts (at most ``timelines`` of them, by default 2,000, the failed
-        ones first; the page says when it holds fewer than all). See ``ors_lab.analysis.report``."""
-        from ors_lab.analysis.report import TIMELINES, write_report
-
-        return write_report(self, path, timelines=TIMELINES if timelines is None else timelines)
+        ones first; the page says when it holds fewer than all). Returns the ``Report`` written. See
+        ``ors_lab.viewer.report``."""
+        return display.make(self, "report", path=path, timelines=timelines)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         """In a notebook with live views: the viewer (its widget, and its static summary for a saved
         notebook); else the summary card."""
-        from ors_lab.notebook.settings import resolve
-
-        if resolve() == "widgets":
-            return self.view()._repr_mimebundle_(include, exclude)
-        return {"text/html": self._repr_html_(), "text/plain": repr(self)}
+        shown = display.bundle(self)
+        return shown if shown is not None else {"text/plain": repr(self)}
 
     def _repr_html_(self) -> str:
         """The summary card (episodes, mean reward, errors, environments, duration; the path last), the
         reward histogram and the first episodes."""
-        return self._state().html()
+        return str(display.make(self, "html"))
+
+    @cached_property
+    def listing(self) -> pd.DataFrame:
+        """The episodes as the trace viewer lists them, one row each (``frames.listing_frame``): made once."""
+        from ors_lab.analysis.frames import listing_frame  # pandas: loaded when a frame is asked for
+
+        return self._frame("listing", lambda: listing_frame(self))
 
     @cached_property
     def events(self) -> pd.DataFrame:

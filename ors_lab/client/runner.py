@@ -124,7 +124,7 @@ class Runner:
             )
             self._thread.start()
         else:
-            import nest_asyncio2
+            import nest_asyncio2  # deferred: needed only inside a running loop (a notebook kernel)
 
             nest_asyncio2.apply(self._loop)
             self._thread = None

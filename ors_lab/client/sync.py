@@ -16,10 +16,11 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 import httpx2
 
+from ors_lab import display
 from ors_lab.client.aclient import (
     DEFAULT_TIMEOUT,
     HEARTBEAT_TIMEOUT,
@@ -36,9 +37,6 @@ from ors_lab.events import EventStream, Subscriber
 from ors_lab.protocol.call import MAX_RESULT_BYTES
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec
 from ors_lab.protocol.sse import MAX_LINE_BYTES
-
-if TYPE_CHECKING:
-    from ors_lab.notebook.session import SessionView
 
 __all__ = ["Client", "Environment", "Session"]
 
@@ -238,16 +236,15 @@ class Session:
         return repr(self.aio).replace("AsyncSession(", "Session(", 1)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle = self.aio._repr_mimebundle_(include, exclude)
-        if self.aio.view is None:
-            bundle["text/plain"] = repr(self)
-        return bundle
+        """As the display draws it (its live view, else its card), or its text without one."""
+        return display.bundle(self) or {"text/plain": repr(self)}
 
-    def _repr_html_(self) -> str:
-        return self.aio._repr_html_()
+    def _repr_html_(self) -> str | None:
+        bundle = display.bundle(self)
+        return None if bundle is None else bundle.get("text/html")
 
     @property
-    def view(self) -> SessionView | None:
+    def view(self) -> display.Live | None:
         """The live view, once the session opened with one."""
         return self.aio.view
 

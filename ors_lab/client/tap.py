@@ -16,10 +16,12 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import fields
 from typing import Any
 
 import httpx2
 
+from ors_lab.client.transport import AiohttpTransport
 from ors_lab.events import (
     ChunkEvent,
     CommentEvent,
@@ -28,6 +30,7 @@ from ors_lab.events import (
     RequestEvent,
     ResponseEvent,
     SSEEvent,
+    WireEvent,
 )
 from ors_lab.protocol.call import CallAssembler
 from ors_lab.protocol.errors import MalformedStreamError
@@ -85,10 +88,16 @@ def is_event_stream(headers: httpx2.Headers) -> bool:
     return headers.get("content-type", "").startswith("text/event-stream")
 
 
-class ExchangeTap:
-    """Publishes one exchange's events on ``events``; every event carries the exchange's context."""
+_CONTEXT = tuple(f.name for f in fields(WireEvent) if f.name != "t_ns")
+"""What every event of an exchange carries, its context: the fields of ``WireEvent`` (``session_id``, ``rollout``,
+``call``, ``attempt``, ``exchange``, ``agent``): all but its time, ``t_ns``."""
 
-    __slots__ = ("agent", "attempt", "call", "events", "exchange", "rollout", "session_id")
+
+class ExchangeTap:
+    """Publishes one exchange's events on ``events``; every event carries the exchange's ``context``
+    (``_CONTEXT``, as a dict of keywords for the events' types; its values are the tap's attributes too)."""
+
+    __slots__ = ("agent", "attempt", "call", "context", "events", "exchange", "rollout", "session_id")
 
     def __init__(
         self,
@@ -107,55 +116,20 @@ class ExchangeTap:
         self.attempt = attempt
         self.agent = agent
         self.exchange = _exchange_base + next(EXCHANGES)
+        self.context: dict[str, Any] = {name: getattr(self, name) for name in _CONTEXT}
 
     def request(self, method: str, url: str, headers: Any, body: bytes | None) -> None:
         """The request, as sent."""
-        self.events.publish(
-            RequestEvent(
-                session_id=self.session_id,
-                rollout=self.rollout,
-                call=self.call,
-                attempt=self.attempt,
-                exchange=self.exchange,
-                agent=self.agent,
-                method=method,
-                url=url,
-                headers=headers,
-                body=body,
-            )
-        )
+        self.events.publish(RequestEvent(**self.context, method=method, url=url, headers=headers, body=body))
 
     def response(self, status: int, headers: Any, ttfb_ns: int | None, body: bytes | None = None) -> None:
         """The response head, and the whole body of an answer that is not streamed."""
-        self.events.publish(
-            ResponseEvent(
-                session_id=self.session_id,
-                rollout=self.rollout,
-                call=self.call,
-                attempt=self.attempt,
-                exchange=self.exchange,
-                agent=self.agent,
-                status=status,
-                headers=headers,
-                ttfb_ns=ttfb_ns,
-                body=body,
-            )
-        )
+        self.events.publish(ResponseEvent(**self.context, status=status, headers=headers, ttfb_ns=ttfb_ns, body=body))
 
     def disconnect(self, error: BaseException | str) -> None:
         """The request or its body broke before the end."""
         text = error if isinstance(error, str) else describe_error(error)
-        self.events.publish(
-            DisconnectEvent(
-                session_id=self.session_id,
-                rollout=self.rollout,
-                call=self.call,
-                attempt=self.attempt,
-                exchange=self.exchange,
-                agent=self.agent,
-                error=text,
-            )
-        )
+        self.events.publish(DisconnectEvent(**self.context, error=text))
 
     def reader(self, assembler: CallAssembler | None = None, *, max_line_bytes: int = MAX_LINE_BYTES) -> BodyReader:
         """A reader for the streamed body (``assembler``: a ``/call`` body's, to get its result)."""
@@ -189,11 +163,8 @@ class BodyReader:
         """Take one network chunk; return the result when this chunk completed it."""
         tap, assembler = self.tap, self.assembler
         if tap is not None:
-            publish = tap.events.publish
-            sid, rollout, call, attempt, exchange, agent = (tap.session_id, tap.rollout, tap.call, tap.attempt,
-                                                            tap.exchange, tap.agent)  # fmt: skip
-            publish(ChunkEvent(session_id=sid, rollout=rollout, call=call, attempt=attempt, exchange=exchange,
-                               agent=agent, size=len(chunk)))  # fmt: skip
+            publish, context = tap.events.publish, tap.context
+            publish(ChunkEvent(**context, size=len(chunk)))
         try:
             items = self.decoder.feed(chunk)
         except MalformedStreamError:
@@ -204,11 +175,9 @@ class BodyReader:
         for item in items:
             if tap is not None:
                 if isinstance(item, SSEComment):
-                    publish(CommentEvent(session_id=sid, rollout=rollout, call=call, attempt=attempt,
-                                         exchange=exchange, agent=agent, comment=item.text))  # fmt: skip
+                    publish(CommentEvent(**context, comment=item.text))
                 else:
-                    publish(SSEEvent(session_id=sid, rollout=rollout, call=call, attempt=attempt, exchange=exchange,
-                                     agent=agent, event=item.event, data=item.data, sse_id=item.id or None,
+                    publish(SSEEvent(**context, event=item.event, data=item.data, sse_id=item.id or None,
                                      retry_ms=item.retry))  # fmt: skip
             if assembler is not None and self.result is None:
                 completed = self.result = assembler.feed(item)
@@ -251,8 +220,6 @@ class RecordingTransport(httpx2.AsyncBaseTransport):
     """
 
     def __init__(self, tap_for: TapFor, inner: httpx2.AsyncBaseTransport | None = None) -> None:
-        from ors_lab.client.transport import AiohttpTransport
-
         self.tap_for = tap_for
         self._owns_inner = inner is None
         self.inner = inner if inner is not None else AiohttpTransport()

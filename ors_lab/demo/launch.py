@@ -218,11 +218,11 @@ def _check_spec(spec: str) -> tuple[str, str]:
 def _build_server(sdk: str, environments: list[type]) -> _Runnable:
     """Build `ors.Server` or `openreward.environments.Server` over the environment classes."""
     if sdk == "ors-sdk":
-        import ors
+        import ors  # the reference server SDKs are optional: the one asked for, when asked
 
         return ors.Server(environments)
     if sdk == "openreward":
-        from openreward.environments import Server
+        from openreward.environments import Server  # optional, as above
 
         return Server(environments)  # type: ignore[no-any-return]
     raise ValueError(f"unknown sdk {sdk!r}; valid options are {', '.join(map(repr, SDKS))}")

@@ -60,22 +60,21 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ors_lab.agents.episode import Agent
 from ors_lab.agents.policy import Policy, as_agent
 from ors_lab.client import AsyncClient, AsyncEnvironment
 from ors_lab.client.aclient import DELETE_TIMEOUT, delete_session
 from ors_lab.client.runner import CLEANUP_TIMEOUT
 from ors_lab.client.tap import describe_error, exchanges_apart
 from ors_lab.client.url import server_url
+from ors_lab.evaluation.episode import Job, run_episode
 from ors_lab.evaluation.specs import TaskSpecs
 from ors_lab.events import EpisodeEvent, Event, EventStream, FinishEvent, StartEvent, wall_ns, wall_time
 from ors_lab.protocol.errors import AgentNotShippableError, WorkersLostError
 
-if TYPE_CHECKING:
-    from ors_lab.agents.episode import Agent
-
-__all__ = ["LOOPBACK_ENV", "Job", "LocalCluster", "RayBackend", "RayRun", "WorkerPool", "client_options", "start_local"]
+__all__ = ["LOOPBACK_ENV", "LocalCluster", "RayBackend", "RayRun", "WorkerPool", "start_local"]
 
 log = logging.getLogger("ors_lab.evaluation")
 
@@ -154,7 +153,7 @@ class LocalCluster:
         self.temp_dir = temp_dir
 
     def close(self) -> None:
-        import ray
+        import ray  # optional and heavy: imported only when a Ray run starts
 
         ray.shutdown()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
@@ -180,7 +179,7 @@ def start_local(cpus: int | None = None) -> LocalCluster:
             "(ors_lab.evaluation.ray.start_local, or RayBackend(address=None)) before importing ray"
         )
     _loopback_env()
-    import ray
+    import ray  # optional and heavy: imported only when a Ray run starts
 
     temp_dir = tempfile.mkdtemp(prefix="ray_")  # short: AF_UNIX socket paths end at 107 bytes
     home = Path(temp_dir, "home")
@@ -233,35 +232,19 @@ def _worker_env(real_home: str | None) -> dict[str, str]:
 def _connect(address: str | None) -> LocalCluster | None:
     """Ray ready in this process: as it is, a cluster joined, or a local one started (returned, to stop)."""
     if "ray" in sys.modules:
-        import ray
+        import ray  # optional and heavy: imported only when a Ray run starts
 
         if ray.is_initialized():
             return None
     if address is None:
         return start_local()
-    import ray
+    import ray  # optional and heavy: imported only when a Ray run starts
 
     ray.init(address=address, log_to_driver=False)
     return None
 
 
 # -- the worker ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Job:
-    """What every worker of a run needs to know, sent once with each actor (``split``: the one the run resolved)."""
-
-    environment: str
-    split: str
-    max_steps: int | None
-    timeout: float | None
-    reward: Any
-    success_threshold: float
-    agent_name: str
-    concurrency: int
-    flush_s: float
-    client: dict[str, Any]
 
 
 @dataclass
@@ -302,8 +285,6 @@ class _Worker:
                                   TaskSpecs(client.environment(job.environment), job.split))  # fmt: skip
 
     async def run(self, run: str, pairs: list[tuple[int, int]]) -> AsyncIterator[tuple[int, list[Event]]]:
-        from ors_lab.evaluation.run import _episode
-
         shipped = self.runs[run]
         buffer: list[Event] = []
         events = EventStream(parent=shipped.client.events)  # so that what an episode does on the client is captured
@@ -313,8 +294,8 @@ class _Worker:
 
         async def one(index: int, rollout: int) -> None:
             async with limit:
-                await _episode(env, agent, job.split, index, rollout, job.max_steps, job.timeout, job.reward,
-                               job.success_threshold, job.agent_name, worker=self.name, specs=specs)  # fmt: skip
+                await run_episode(env, agent, job.split, index, rollout, job.max_steps, job.timeout, job.reward,
+                                  job.success_threshold, job.agent_name, worker=self.name, specs=specs)  # fmt: skip
 
         pending = {asyncio.create_task(one(index, rollout)) for index, rollout in pairs}
         shipped.episodes |= pending
@@ -395,7 +376,7 @@ class WorkerPool:
             return self.actors[n]
 
     def _make(self, backend: RayBackend, n: int) -> Any:
-        import ray
+        import ray  # optional and heavy: imported only when a Ray run starts
 
         actor = ray.remote(_Worker).options(
             num_cpus=backend.cpus, max_restarts=backend.restarts, max_concurrency=1000, **backend.options
@@ -403,7 +384,7 @@ class WorkerPool:
         return actor.remote(f"w{n}")
 
     def _kill(self, actor: Any) -> None:
-        import ray
+        import ray  # optional and heavy: imported only when a Ray run starts
 
         with contextlib.suppress(Exception):
             ray.kill(actor)
@@ -427,7 +408,7 @@ class WorkerPool:
 
 def _connection() -> tuple[str, str] | None:
     """Which Ray connection this process has (its job and node), None if none."""
-    import ray
+    import ray  # optional and heavy: imported only when a Ray run starts
 
     if not ray.is_initialized():
         return None
@@ -466,14 +447,14 @@ class RayRun:
             _loopback_env()  # before the first import of Ray, which checking the agent makes
         _check_shippable(self.agent, self.backend)
         self.pool.ready(self.backend)
-        import ray
+        import ray  # optional and heavy: imported only when a Ray run starts
 
         self.shipped = ray.put(None if self.backend.agent_factory is not None else self.agent)
 
     async def _begin(self, n: int, replace: bool = True) -> None:
         """Worker ``n`` told about this run (its server, job and agent). At the run's start (``replace``),
         one dead for good (killed between runs, or restarted too often) is replaced by a new one first."""
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError  # Ray: only when a Ray run starts
 
         for attempt in range(2 if replace else 1):
             actor = self.pool.actors[n]
@@ -539,7 +520,7 @@ class RayRun:
 
     async def _feed(self, n: int) -> None:
         """Hand shards to worker ``n`` until the queue is empty (or the worker is dead for good)."""
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError  # Ray: only when a Ray run starts
 
         while self.todo and not self.stopping:
             shard = self._shard()
@@ -557,7 +538,7 @@ class RayRun:
     async def _revived(self, n: int) -> bool:
         """Whether worker ``n``, dead, is back (Ray restarts it, ``restarts`` times at most) and told about
         this run again: it answers within ``REVIVE_S``, and has not been restarted more often than allowed."""
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError  # Ray: only when a Ray run starts
 
         deadline = time.monotonic() + REVIVE_S
         while time.monotonic() < deadline and not self.stopping:
@@ -654,7 +635,7 @@ def _unattached(_: Any) -> None:
 def _check_shippable(agent: Agent | Policy, backend: RayBackend) -> None:
     """``AgentNotShippableError`` unless the agent (or the factory making it) pickles as Ray pickles it:
     checked before any work, with the reason it does not."""
-    from ray import cloudpickle  # by value, as Ray sends it: a notebook's function, a lambda
+    from ray import cloudpickle  # by value, as Ray sends it (a notebook's function, a lambda); Ray: optional
 
     subject, what = (backend.agent_factory, "agent_factory") if backend.agent_factory is not None else (agent, "agent")
     try:
@@ -665,16 +646,3 @@ def _check_shippable(agent: Agent | Policy, backend: RayBackend) -> None:
             f"({type(exc).__name__}: {exc}); pass a picklable agent, or RayBackend(agent_factory=...) "
             "that makes one in each worker"
         ) from exc
-
-
-def client_options(client: AsyncClient) -> dict[str, Any]:
-    """What a worker's client takes over from the caller's (its URL aside)."""
-    return {
-        "retry": client.retry,
-        "heartbeat_timeout": client.heartbeat_timeout,
-        "max_result_bytes": client.max_result_bytes,
-        "max_line_bytes": client.max_line_bytes,
-        "call_timeout": client.call_timeout,
-        "request_timeout": client.request_timeout,
-        "ping_interval": client.ping_interval,
-    }

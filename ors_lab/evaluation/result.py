@@ -11,25 +11,16 @@ one definition of a step, an episode, a task and the reward reduction
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 
-from ors_lab.analysis.frames import (
-    TOKENS,
-    episodes_frame,
-    errors_frame,
-    pass_columns,
-    steps_frame,
-    summary_frame,
-    tasks_frame,
-)
+from ors_lab.analysis import episodes_frame, errors_frame, steps_frame, summary_frame, tasks_frame
+from ors_lab.analysis.frames import TOKENS, pass_columns
 from ors_lab.analysis.reduce import Reduction, pass_at_k
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from ors_lab.notebook.run import RunSummary
+from ors_lab.viewer.report import run_summary
+from ors_lab.viewer.run_summary import RunSummary, run_summary_html
 
 __all__ = ["ANALYSIS_KINDS", "EvalResult"]
 
@@ -100,8 +91,6 @@ class EvalResult:
 
     def pass_at(self, k: int) -> pd.Series:
         """pass@k per task (unbiased estimator), indexed by task index."""
-        import pandas as pd
-
         counts = self.episodes.groupby("task_index", sort=True)["success"]
         values = {int(str(index)): pass_at_k(len(group), int(group.sum()), k) for index, group in counts}
         return pd.Series(values, name=f"pass@{k}", dtype="float64")
@@ -109,8 +98,6 @@ class EvalResult:
     def summary(self) -> pd.DataFrame:
         """The run in one row: episodes, tasks, mean reward and its stderr, success rate, pass@k, errors, time;
         a ``note`` naming ``success_threshold`` when no episode reached it though rewards are positive."""
-        import pandas as pd
-
         frame = summary_frame(self.episodes, self._ks(), success_threshold=self.success_threshold)
         frame["elapsed_s"] = pd.Series([self.elapsed_s], dtype=pd.ArrowDtype(pa.float64()))
         return frame
@@ -120,8 +107,6 @@ class EvalResult:
 
     def table_text(self) -> str:
         """The summary as aligned text (what ``ors-lab eval`` prints)."""
-        import pandas as pd
-
         lines = []
         for name, value in self.summary().iloc[0].items():
             if name in ("environments", "splits") or (name in (*TOKENS, "error_types", "note") and pd.isna(value)):
@@ -137,22 +122,16 @@ class EvalResult:
 
     def _repr_html_(self) -> str:
         """A summary card (rewards, pass@k and errors first; the trace last), the last errors, a small
-        grid of the episodes coloured by reward, and the per-task table (``ors_lab.notebook.run``)."""
-        from ors_lab.notebook.run import run_summary_html
-
+        grid of the episodes coloured by reward, and the per-task table (``ors_lab.viewer.run_summary``)."""
         return run_summary_html(self._summary_figures())
 
     def _summary_figures(self) -> RunSummary:
-        from ors_lab.analysis.report import run_summary
-
         return run_summary(self.episodes, self._ks(), environment=self.environment, split=self.split,
                            rollouts=self.rollouts, agent=self.agent, elapsed_s=self.elapsed_s, resumed=self.resumed,
                            ids=[("trace", self.trace)] if self.trace else [],
                            success_threshold=self.success_threshold)  # fmt: skip
 
     def __repr__(self) -> str:
-        import pandas as pd
-
         if not len(self):
             return f"EvalResult({self.environment}/{self.split}: no episodes)"
         row: Any = self.summary().iloc[0]

@@ -41,11 +41,12 @@ How a run goes:
   raises ``EvaluationInterrupted`` (a ``KeyboardInterrupt``) whose ``.result`` is the partial
   ``EvalResult``, with a one-line message; a cancelled ``aevaluate`` raises ``CancelledError``.
   Either way ``last_result()`` gives the partial result.
-- ``progress=True`` shows the run as ``ors_lab.notebook`` draws it (``ol.live_views()``): the
-  dashboard (``RunState``) in a notebook, updated at most 10 times a second and left with its
-  final state and a static summary when the run ends, however it ends; the progress line
-  elsewhere; nothing when live views are ``"off"``. It is an inline subscriber doing a little
-  bookkeeping per event; if it fails, it is detached (or never shown) and the run goes on.
+- ``progress=True`` shows the run through the display hook (``ors_lab.display``), as
+  ``ors_lab.notebook`` draws it (``ol.live_views()``): the dashboard (``RunState``) in a notebook,
+  updated at most 10 times a second and left with its final state and a static summary when the
+  run ends, however it ends; the progress line elsewhere; nothing when live views are ``"off"``.
+  It is an inline subscriber doing a little bookkeeping per event; if it fails, it is detached (or
+  never shown) and the run goes on.
 - ``feed=PORT`` (or a ``Feed``) serves the run's events on 127.0.0.1 as Server-Sent Events while it
   runs (``ors_lab.feed``, ``docs/feed.md``), for ``ol.watch`` and ``ors-lab watch`` anywhere else: a
   port is taken before anything else (0: a free one; a port in use is an ``OSError``), its URL is
@@ -63,56 +64,37 @@ import logging
 import os
 import shutil
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ors_lab.agents.episode import (
-    CURRENT_EPISODE,
-    REPORTED,
-    Agent,
-    Episode,
-    StepLimitReached,
-    error_event,
-)
+from ors_lab import display
+from ors_lab.agents.episode import Agent
 from ors_lab.agents.policy import Policy, as_agent
 from ors_lab.analysis.frames import finished_episodes
-from ors_lab.analysis.reduce import Reduction, check_reduction, reduce_reward
+from ors_lab.analysis.reduce import Reduction, check_reduction
 from ors_lab.analysis.trace import load_trace
 from ors_lab.client import AsyncEnvironment, Environment, Runner
 from ors_lab.client.runner import CLEANUP_TIMEOUT
 from ors_lab.client.shielding import outlast_cancel
-from ors_lab.evaluation.ray import Job, RayBackend, RayRun, client_options
-from ors_lab.evaluation.result import ANALYSIS_KINDS, EvalResult
+from ors_lab.display import Live
+from ors_lab.evaluation.episode import Job, client_options, run_episode
+from ors_lab.evaluation.ray import RayBackend, RayRun
+from ors_lab.evaluation.result import EvalResult
+from ors_lab.evaluation.rows import RecordedRows, ResultRows, of_sessions, slim
 from ors_lab.evaluation.specs import TaskSpecs, describe, the_split
-from ors_lab.events import (
-    AGENT_KINDS,
-    CloseEvent,
-    EpisodeEvent,
-    Event,
-    EventStream,
-    FinishEvent,
-    StartEvent,
-    Subscriber,
-    UsageEvent,
-)
+from ors_lab.events import AGENT_KINDS, CloseEvent, EpisodeEvent, Event, EventStream, Subscriber
 from ors_lab.feed.server import Feed
-from ors_lab.protocol.errors import ORSError, TraceExistsError, TraceFormatError
+from ors_lab.protocol.errors import TraceExistsError, TraceFormatError
 from ors_lab.recording.parts import parts_dir
 from ors_lab.recording.recorder import Recorder
-from ors_lab.recording.redact import Redactor
-from ors_lab.recording.rows import Rows
-from ors_lab.recording.schema import SCHEMA
-
-if TYPE_CHECKING:
-    from ors_lab.notebook import LiveView
+from ors_lab.viewer.run import RunState
 
 __all__ = ["EvaluationInterrupted", "aevaluate", "discard_unstarted", "evaluate", "last_result", "trace_exists"]
 
@@ -265,13 +247,13 @@ async def _run(
         print(f"eval {aenv.name}/{split}: live feed at {feed.url}", file=sys.stderr, flush=True)
     fed = False
     # the result's rows: taken from the tables the recorder writes, else made here
-    rows: _RecordedRows | _ResultRows = _RecordedRows(recorder) if recorder is not None else _ResultRows()
+    rows: RecordedRows | ResultRows = RecordedRows(recorder) if recorder is not None else ResultRows()
     # the result's rows and the trace are required subscribers: an event they cannot take fails its episode
     subscriptions = [
         events.subscribe(rows, kinds=rows.KINDS, required=True),
         events.subscribe(ending, kinds=ending.KINDS),
     ]
-    view: LiveView | None = None
+    progress: tuple[RunState, Live] | None = None  # the run's view state and its live view
     workers: list[asyncio.Task[None]] = []
     resumed: list[str] = []
     started = time.monotonic()
@@ -293,13 +275,13 @@ async def _run(
         if feed is not None:
             fed = _begin_feed(feed, events, aenv.name, split, list(keys), agent_name, records)
         if o.progress:
-            view = _show_progress(events, aenv.name, split, list(keys), agent_name, records, o.success_threshold)
+            progress = _show_progress(events, aenv.name, split, list(keys), agent_name, records, o.success_threshold)
 
         async def work() -> None:
             while todo:
                 index, rollout = todo.popleft()
-                await _episode(run_env, runner, split, index, rollout, o.max_steps, o.timeout, o.reward,
-                               o.success_threshold, agent_name, specs=specs)  # fmt: skip
+                await run_episode(run_env, runner, split, index, rollout, o.max_steps, o.timeout, o.reward,
+                                  o.success_threshold, agent_name, specs=specs)  # fmt: skip
 
         if ray_run is not None:  # its workers' events published on the run's stream, as a local run's are
             ray_run.attach(events.publish, rows.forget)
@@ -320,8 +302,8 @@ async def _run(
             await outlast_cancel(_stop(workers))  # each closes its session on the way out
     for subscription in subscriptions:
         subscription.close()
-    if view is not None:
-        _end_progress(view, stopped_by)
+    if progress is not None:
+        _end_progress(*progress, stopped_by)
     if fed:
         assert feed is not None
         _end_feed(feed, stopped_by)
@@ -334,7 +316,7 @@ async def _run(
 
 
 async def _finish(
-    rows: _RecordedRows | _ResultRows,
+    rows: RecordedRows | ResultRows,
     resumed_rows: pa.Table | None,
     resumed: list[str],
     environment: str,
@@ -384,22 +366,16 @@ def _show_progress(
     agent: str,
     records: list[dict[str, Any]],
     success_threshold: float | None = None,
-) -> LiveView | None:
-    """The run's live view, subscribed and shown (None when live views are off, or if it failed to show)."""
-    from ors_lab.notebook import LiveView, resolve
-    from ors_lab.notebook.run import RunState
-
+) -> tuple[RunState, Live] | None:
+    """The run's view state and its live view, subscribed and shown through the display hook
+    (``ors_lab.display``); None when live views are off, or if it failed to show."""
     try:
-        mode = resolve()
-        if mode == "off":
-            return None
         state = RunState(environment, split, keys, agent=agent, resumed=records, success_threshold=success_threshold)
-        view = LiveView(state, mode=mode)
-        view.attach(events)
-        return view.show()
     except Exception:  # the run matters more than its view
         log.exception("ors_lab: the evaluation's live view could not be shown; the run goes on without it")
         return None
+    view = display.live(state, events)
+    return None if view is None else (state, view)
 
 
 def _status(stopped_by: BaseException | None) -> str:
@@ -409,10 +385,10 @@ def _status(stopped_by: BaseException | None) -> str:
     return "interrupted" if isinstance(stopped_by, KeyboardInterrupt | asyncio.CancelledError) else "failed"
 
 
-def _end_progress(view: LiveView, stopped_by: BaseException | None) -> None:
+def _end_progress(state: RunState, view: Live, stopped_by: BaseException | None) -> None:
     """Leave the view with the run's final state, however the run ended."""
     try:
-        view.state.end(_status(stopped_by))  # type: ignore[attr-defined]  # a RunState; the workers are done
+        state.end(_status(stopped_by))  # the workers are done
         view.close()
     except Exception:
         log.exception("ors_lab: the evaluation's live view could not be closed")
@@ -489,7 +465,7 @@ async def _stop(workers: list[asyncio.Task[None]]) -> None:
 
 
 def _result(
-    rows: _RecordedRows | _ResultRows,
+    rows: RecordedRows | ResultRows,
     resumed_rows: pa.Table | None,
     resumed: list[str],
     environment: str,
@@ -501,7 +477,7 @@ def _result(
 ) -> EvalResult:
     table = rows.table()
     if resumed_rows is not None:
-        table = pa.concat_tables([_slim(_of_sessions(resumed_rows, set(resumed))), table])
+        table = pa.concat_tables([slim(of_sessions(resumed_rows, set(resumed))), table])
     assert o.split is not None  # resolved by _evaluate
     return EvalResult(
         table,
@@ -592,106 +568,6 @@ def evaluate(
     finally:
         if not isinstance(env, Environment):
             runner.close()
-
-
-UNREAD = ("method", "url", "status", "headers", "body", "event", "sse_id", "retry_ms", "comment")
-"""The columns no frame reads: a result keeps them null (they hold most of a request row's bytes)."""
-
-
-def _slim(table: pa.Table) -> pa.Table:
-    for name in UNREAD:
-        index = table.schema.get_field_index(name)
-        field = table.schema.field(index)
-        table = table.set_column(index, field, pa.nulls(table.num_rows, field.type))
-    return table
-
-
-class _RecordedRows:
-    """The rows of a recorded run its result is built from: those of its sessions, from each table of
-    rows the recorder writes (``ANALYSIS_KINDS``, requests of tool calls only, without the columns
-    no frame reads). Subscribed to the run's ``start`` events, which name its sessions."""
-
-    KINDS = ("start",)
-
-    def __init__(self, recorder: Recorder) -> None:
-        self._sessions: set[str | None] = set()
-        self._lost: set[str] = set()
-        self._tables: list[pa.Table] = []
-        self._stop = recorder.watch(self._take)
-
-    def forget(self, session: str) -> None:
-        """Leave ``session`` out of the result (an episode a dead Ray worker lost: it runs again)."""
-        self._lost.add(session)
-
-    def __call__(self, event: Event) -> None:
-        self._sessions.add(event.session_id)
-
-    def _take(self, table: pa.Table) -> None:
-        present = set(pc.unique(table["session_id"]).to_pylist())
-        mine = _of_sessions(table, present & self._sessions)  # the part's sessions: a small set to look up
-        requests = pc.equal(mine["kind"], "request")
-        self._tables.append(_slim(mine.filter(pc.or_(pc.invert(requests), pc.is_valid(mine["call"])))))
-
-    def table(self) -> pa.Table:
-        self._stop()
-        return _without(pa.concat_tables(self._tables) if self._tables else SCHEMA.empty_table(), self._lost)
-
-
-class _ResultRows:
-    """The rows of a run that records no trace, its result is built from (``ANALYSIS_KINDS``, of its
-    episodes' sessions, named by their ``start`` events: not of a session an agent opened itself;
-    requests of tool calls only).
-
-    Every ``BATCH`` rows they are converted to Arrow, without the columns no frame reads, so what a
-    long run keeps grows by a few hundred bytes an episode.
-    """
-
-    BATCH = 8_192
-    KINDS = ANALYSIS_KINDS
-
-    def __init__(self) -> None:
-        self._rows = Rows(Redactor(), run_id="result", t0_ns=time.monotonic_ns())
-        self._tables: list[pa.Table] = []
-        self._lost: set[str] = set()
-        self._sessions: set[str | None] = set()
-        self._lock = threading.Lock()
-
-    def forget(self, session: str) -> None:
-        """Leave ``session`` out of the result (an episode a dead Ray worker lost: it runs again)."""
-        self._lost.add(session)
-
-    def __call__(self, event: Event) -> None:
-        if event.kind == "request" and getattr(event, "call", None) is None:
-            return
-        if event.kind == "start":
-            self._sessions.add(event.session_id)
-        elif event.session_id not in self._sessions:
-            return
-        with self._lock:
-            self._rows.add(event)
-            if self._rows.waiting >= self.BATCH:
-                self._tables.append(_slim(self._rows.table()))
-
-    def table(self) -> pa.Table:
-        with self._lock:
-            tables = [*self._tables, _slim(self._rows.table())]
-        return _without(pa.concat_tables(tables), self._lost)
-
-
-def _without(table: pa.Table, sessions: set[str]) -> pa.Table:
-    """``table`` less the rows of ``sessions``."""
-    if not sessions:
-        return table
-    return table.filter(pc.invert(pc.is_in(table["session_id"], value_set=pa.array(sorted(sessions), pa.string()))))
-
-
-def _of_sessions(table: pa.Table, sessions: set[str | None]) -> pa.Table:
-    """The rows of ``sessions`` in a table of trace rows that the result is built from."""
-    mask = pc.and_(
-        pc.is_in(table["kind"], value_set=pa.array(ANALYSIS_KINDS, pa.string())),
-        pc.is_in(table["session_id"], value_set=pa.array([s for s in sessions if s is not None], pa.string())),
-    )
-    return table.filter(mask)
 
 
 def _async_environment(env: AsyncEnvironment | Environment) -> AsyncEnvironment:
@@ -786,102 +662,3 @@ def discard_unstarted(path: str | os.PathLike[str]) -> bool:
     path.unlink(missing_ok=True)
     shutil.rmtree(parts_dir(path), ignore_errors=True)
     return True
-
-
-async def _episode(
-    env: AsyncEnvironment,
-    agent: Agent,
-    split: str,
-    index: int,
-    rollout: int,
-    max_steps: int | None,
-    limit: float | None,
-    reduction: Reduction,
-    success_threshold: float,
-    agent_name: str | None = None,
-    worker: str | None = None,
-    *,
-    specs: TaskSpecs | None = None,
-) -> None:
-    """Run one (task, rollout) episode to its end, publishing its events; never raises but for cancellation.
-    ``agent_name`` goes into its outcome, so its trace names the agent; ``worker`` (a Ray run's) into its start.
-    ``specs`` gives the episode its task's spec. Everything done in the episode through the objects of
-    ``env``'s client is published on ``env``'s stream (captured: ``EventStream.capture``)."""
-    events = env.events
-    session = env.session(split=split, index=index, view=False)  # the run's own view shows its episodes
-    sid = session.sid
-    events.publish(StartEvent(session_id=sid, rollout=rollout, message_id=sid, environment=env.name, split=split,
-                              task_index=index, worker=worker))  # fmt: skip
-    wall, started = time.time(), time.monotonic()
-    episode: Episode | None = None
-    error: BaseException | None = None
-    token = None
-    try:
-        with events.capture():
-            async with asyncio.timeout(limit):
-                task = await specs.get(index) if specs is not None else None
-                async with session:
-                    prompt = await session.prompt()
-                    tools = await session.tools()
-                    episode = Episode(session, rollout=rollout, prompt=prompt, tools=tools, max_steps=max_steps,
-                                      events=events, task=task)  # fmt: skip
-                    token = CURRENT_EPISODE.set(episode)
-                    with contextlib.suppress(StepLimitReached):  # the limit ends the episode; not an error
-                        await agent.run(episode)
-    except Exception as exc:  # the episode failed; the run goes on
-        error = exc
-        if REPORTED not in getattr(exc, "__notes__", ()):
-            failure = error_event(exc, source="tool" if isinstance(exc, ORSError) else "platform")
-            if isinstance(exc, TimeoutError):
-                failure.message = f"the episode took longer than its timeout of {limit} s"
-            failure.session_id, failure.rollout = sid, rollout
-            events.publish(failure)
-    finally:
-        if token is not None:
-            CURRENT_EPISODE.reset(token)
-    steps = episode.steps if episode is not None else []
-    finished = episode is not None and episode.finished
-    if error is not None:
-        finish_reason = "error"
-    elif not finished and episode is not None and episode.done:
-        finish_reason = "max-steps"
-    else:
-        finish_reason = (episode.finish_reason if episode is not None else None) or "stop"
-    total, final, value = reduce_reward(steps, reduction)
-    if error is not None:
-        value = 0.0
-    events.publish(FinishEvent(session_id=sid, rollout=rollout, finish_reason=finish_reason))
-    usage = episode.usage if episode is not None else None
-    if usage is not None and usage.reported:
-        events.publish(UsageEvent(session_id=sid, rollout=rollout, scope="episode", input_tokens=usage.input_tokens,
-                                  output_tokens=usage.output_tokens, reasoning_tokens=usage.reasoning_tokens,
-                                  cached_tokens=usage.cached_tokens))  # fmt: skip
-    events.publish(
-        EpisodeEvent(
-            session_id=sid,
-            rollout=rollout,
-            environment=env.name,
-            split=split,
-            task_index=index,
-            reward=value,
-            total_reward=total,
-            final_reward=final,
-            finished=finished,
-            success=error is None and value >= success_threshold,
-            finish_reason=finish_reason,
-            steps=len(steps),
-            started=wall,
-            duration_s=time.monotonic() - started,
-            error=None
-            if error is None
-            else f"timeout after {limit} s"
-            if isinstance(error, TimeoutError)
-            else str(error),
-            error_type=None if error is None else type(error).__name__,
-            input_tokens=None if usage is None else usage.input_tokens,
-            output_tokens=None if usage is None else usage.output_tokens,
-            reasoning_tokens=None if usage is None else usage.reasoning_tokens,
-            cached_tokens=None if usage is None else usage.cached_tokens,
-            agent=agent_name,
-        )
-    )

@@ -1,14 +1,41 @@
 """The live feed of a run, and watching one (``ors_lab.feed``; ``docs/feed.md`` is the wire format).
 
 ``Feed`` serves a run's events on 127.0.0.1 as Server-Sent Events (``evaluate(..., feed=PORT)``
-makes one). ``watch(url)`` shows the dashboard of the run behind a feed, in a notebook or as a
-line; ``serve_watch(url)`` serves it as a page (``ors-lab watch URL``). Both rebuild the run's
-dashboard state (``FeedState``) from the feed's events, read by a ``FeedReader``.
+makes one); ``FeedReader`` reads one. Watching a feed is drawn by the layers above: ``watch(url)``
+shows the dashboard of the run behind a feed, in a notebook or as a line (``ors_lab.notebook.watch``);
+``serve_watch(url)`` serves it as a page (``ors-lab watch URL``, ``ors_lab.viewer.watch``). Both
+rebuild the run's dashboard state (``FeedState``, ``ors_lab.viewer.feed_state``) from the feed's
+events. Their old names here still work, as deprecated aliases.
 """
+
+import importlib
+import warnings
+from typing import Any
 
 from ors_lab.feed.reader import FeedReader, feed_url
 from ors_lab.feed.server import FEED_KINDS, Feed
-from ors_lab.feed.state import FeedState
-from ors_lab.feed.watch import Watch, WatchPage, serve_watch, watch
 
-__all__ = ["FEED_KINDS", "Feed", "FeedReader", "FeedState", "Watch", "WatchPage", "feed_url", "serve_watch", "watch"]
+__all__ = [
+    "FEED_KINDS",
+    "Feed",
+    "FeedReader",
+    "feed_url",
+]
+
+_ABOVE = {
+    "FeedState": "ors_lab.viewer.feed_state",
+    "Watch": "ors_lab.notebook.watch",
+    "WatchPage": "ors_lab.viewer.watch",
+    "serve_watch": "ors_lab.viewer.watch",
+    "watch": "ors_lab.notebook.watch",
+}
+"""Names this package held before they moved up a layer: deprecated aliases, loaded by name when used (the
+feed itself never imports a layer above its own)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ABOVE:
+        warnings.warn(f"ors_lab.feed.{name} moved to {_ABOVE[name]}.{name}; the old name will go", DeprecationWarning,
+                      stacklevel=2)  # fmt: skip
+        return getattr(importlib.import_module(_ABOVE[name]), name)
+    raise AttributeError(f"module 'ors_lab.feed' has no attribute {name!r}")

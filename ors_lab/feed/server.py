@@ -46,6 +46,8 @@ from typing import Any, Self
 from ors_lab.asgi import lifespan, serve_app
 from ors_lab.events import AGENT_KINDS, EpisodeEvent, Event, EventStream, Subscription, event_from_wire, full_wire
 from ors_lab.events import strict_json as _json
+from ors_lab.feed.plan import RunPlan
+from ors_lab.transcript import DELTA_FIELDS, join_deltas
 
 __all__ = [
     "BATCH_BYTES",
@@ -86,12 +88,6 @@ LINGER = 3.0
 """Seconds a closing feed waits at most for its readers: those still being sent the run's last events, and those
 whose connection broke before they had the run's ``end`` (a reader tries again every 0.5 s)."""
 
-_DELTAS = {
-    "text-delta": ("id", "delta", "delta"),
-    "reasoning-delta": ("id", "delta", "delta"),
-    "tool-input-delta": ("tool_call_id", "input_text_delta", "inputTextDelta"),
-}
-"""The delta kinds joined per part: the field naming the part, the field of the delta and its wire key."""
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -261,23 +257,14 @@ class Feed:
         ``resumed`` outcomes (``EpisodeEvent.record()`` dicts) as ``episode`` events, then its events."""
         if self._subscription is not None:
             raise RuntimeError("this feed already serves a run; a feed serves one run at a time")
-        plan = {
-            "type": "run",
-            "environment": environment,
-            "split": split,
-            "agent": agent,
-            "label": label if label is not None else f"eval {environment}/{split}",
-            "total": len(keys),
-            "keys": [[int(task), int(rollout)] for task, rollout in keys],
-            "startedAt": time.time(),
-        }
+        plan = RunPlan(environment, split, keys, agent, label)
         outcomes = [_outcome(record) for record in resumed]
-        plan["resumed"] = len(outcomes)
+        run = plan.wire(started_at=time.time(), resumed=len(outcomes))
         with self._drain_lock, self._lock:
             self._reset_run()
             self._started = time.monotonic()
-            self._total = len(keys)
-            self._run_frame = self._append("run", _frame("run", plan))
+            self._total = plan.total
+            self._run_frame = self._append("run", _frame("run", run))
             for outcome in outcomes:
                 data = full_wire(outcome)
                 data["resumed"] = True
@@ -562,26 +549,13 @@ async def _hung_up(receive: Any) -> None:
 
 
 def _joined(events: list[Event]) -> list[tuple[Event, dict[str, Any]]]:
-    """Each event with its wire form; deltas of one part that follow each other in an episode joined into one."""
-    items: list[tuple[Event, list[str]]] = []
-    last: dict[str | None, int] = {}  # session -> index of its latest item
-    for event in events:
-        spec = _DELTAS.get(event.kind)
-        sid = event.session_id
-        if spec is not None:
-            at = last.get(sid)
-            if at is not None:
-                previous, more = items[at]
-                if previous.kind == event.kind and getattr(previous, spec[0]) == getattr(event, spec[0]):
-                    more.append(getattr(event, spec[1]))
-                    continue
-        last[sid] = len(items)
-        items.append((event, []))
+    """Each event with its wire form; deltas of one part that follow each other in an episode joined into one
+    (``ors_lab.transcript.join_deltas``)."""
     out = []
-    for event, more in items:
+    for event, more in join_deltas(events):
         data = full_wire(event)
         if more:
-            key = _DELTAS[event.kind][2]
+            key = DELTA_FIELDS[event.kind][2]
             data[key] = data[key] + "".join(more)
         out.append((event, data))
     return out

@@ -93,7 +93,7 @@ def pretty_json(value: Any, *, limit: int = 4000) -> str:
 def colour(reward: float | None, *, error: bool = False) -> str:
     """The colour of a reward in [0, 1] (clipped): red through amber to green; errors dark red, none grey.
 
-    The front end (``ors_lab/notebook/static/common.js: ORS.colour``) uses the same scale.
+    The front end (``ors_lab/viewer/static/common.js: ORS.colour``) uses the same scale.
     """
     if error:
         return "#82071e"

@@ -8,8 +8,8 @@ anywidget load when the first widget is drawn.
 
 import ors_lab.notebook.display  # noqa: F401  (registers the notebook's display with ors_lab.display)
 from ors_lab.notebook.settings import ENV_VAR, MODES, live_views, resolve
-from ors_lab.notebook.state import ViewState
 from ors_lab.notebook.throttle import INTERVAL, Throttle
 from ors_lab.notebook.view import LiveView, TextLine
+from ors_lab.viewer.state import ViewState
 
 __all__ = ["ENV_VAR", "INTERVAL", "MODES", "LiveView", "TextLine", "Throttle", "ViewState", "live_views", "resolve"]

@@ -30,8 +30,8 @@ from typing import Any, TextIO
 
 from ors_lab.events import Event, EventStream, Subscription
 from ors_lab.notebook.settings import resolve
-from ors_lab.notebook.state import ViewState
 from ors_lab.notebook.throttle import INTERVAL, Throttle
+from ors_lab.viewer.state import ViewState
 
 __all__ = ["WIDGET_MIME", "LiveView", "TextLine"]
 

@@ -66,6 +66,7 @@ proved it did not run (``ors_lab/client/policy.py`` has the rules).
 
 from __future__ import annotations
 
+import traceback
 from types import TracebackType
 from typing import Any
 
@@ -155,9 +156,7 @@ class ORSError(Exception):
 def _ipython_traceback(error: BaseException) -> list[str]:
     """IPython's rendering of ``error`` with the hidden frames left out, not shown as its last frame: IPython
     always shows the frame that raised, which for ors_lab is a line of the library, not the caller's."""
-    import traceback
-
-    from IPython import get_ipython
+    from IPython import get_ipython  # deferred: IPython is optional, and only an IPython shell calls this
 
     shell = get_ipython()
     tb = error.__traceback__

@@ -2,8 +2,9 @@
 
 Every model converts from the server's JSON with ``from_wire`` and back with ``to_wire``; the
 wire form is the compact JSON both reference servers send (see ``shared/ors-protocol.md``).
-Each has a short ``repr`` and, for Jupyter, an HTML view (``_repr_html_``) built from
-``ors_lab.html``: the outcome, reward and errors first, ids last; text escaped, images drawn.
+Each has a short ``repr``; in Jupyter the blocks, results, tasks, splits and tools show as the
+display hook draws them (``ors_lab.display.bundle``: the notebook layer registers their HTML,
+``ors_lab.viewer.blocks``), else as that ``repr``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from ors_lab.html import Markup, card, colour, escape, fmt, pretty_json, styled, table
+from ors_lab.display import bundle
 
 __all__ = [
     "Block",
@@ -25,18 +26,27 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "block_from_wire",
-    "blocks_html",
-    "reward_html",
+    "blocks_from_wire",
 ]
 
 JSON: TypeAlias = Any
 
-HTML_TEXT_LIMIT = 20_000
-"""The most characters of one text block an HTML view shows (the rest is counted, not drawn)."""
-
 
 class WireFormatError(ValueError):
     """A JSON value does not have the shape the protocol gives it."""
+
+
+class _Shown:
+    """How a model shows itself when displayed: as the display hook draws it, else as its ``repr``."""
+
+    __slots__ = ()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return bundle(self) or {"text/plain": repr(self)}
+
+    def _repr_html_(self) -> str | None:
+        drawn = bundle(self)
+        return None if drawn is None else drawn.get("text/html")
 
 
 def _require(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
@@ -46,7 +56,7 @@ def _require(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class TextBlock:
+class TextBlock(_Shown):
     """A text block: ``{"text": ..., "detail": ..., "type": "text"}``."""
 
     text: str
@@ -60,12 +70,9 @@ class TextBlock:
         text = self.text if len(self.text) <= 60 else f"{self.text[:57]}..."
         return f"TextBlock({text!r})" if len(self.text) <= 60 else f"TextBlock({text!r}, chars={len(self.text)})"
 
-    def _repr_html_(self) -> str:
-        return styled(blocks_html((self,)))
-
 
 @dataclass(frozen=True, slots=True)
-class ImageBlock:
+class ImageBlock(_Shown):
     """An image block: base64 ``data`` and its ``mimeType``."""
 
     data: str
@@ -78,9 +85,6 @@ class ImageBlock:
 
     def __repr__(self) -> str:
         return f"ImageBlock({self.mime_type!r}, base64_chars={len(self.data)})"
-
-    def _repr_html_(self) -> str:
-        return styled(blocks_html((self,)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,50 +126,6 @@ def _text_of(blocks: Sequence[Block]) -> str:
     return "\n".join(block.text for block in blocks if isinstance(block, TextBlock))
 
 
-def image_html(mime_type: str, data: str) -> Markup:
-    """An ``<img>`` showing base64 ``data`` inline (a data URI: no file, no network)."""
-    return Markup(
-        f'<img src="data:{escape(mime_type)};base64,{escape(data)}" alt="{escape(mime_type)}" '
-        'style="max-width:100%;max-height:480px;image-rendering:auto"/>'
-    )
-
-
-def text_html(text: str, *, limit: int = HTML_TEXT_LIMIT) -> Markup:
-    """Text in a ``<pre>``, escaped, cut at ``limit`` characters (saying how many more there were)."""
-    more = ""
-    if len(text) > limit:
-        more = f'<div class="ol-dim">… {len(text) - limit:,} more characters</div>'
-        text = text[:limit]
-    return Markup(f'<pre class="ol-pre">{escape(text)}</pre>{more}')
-
-
-def blocks_html(blocks: Sequence[Block], *, limit: int = HTML_TEXT_LIMIT) -> Markup:
-    """Blocks as HTML: text in ``<pre>`` (escaped, each cut at ``limit`` characters), images as images."""
-    parts: list[str] = []
-    for block in blocks:
-        if isinstance(block, TextBlock):
-            parts.append(text_html(block.text, limit=limit))
-        elif isinstance(block, ImageBlock):
-            parts.append(f"<div>{image_html(block.mime_type, block.data)}</div>")
-        else:
-            parts.append(f'<div class="ol-dim">{escape(block.type)} block: <code>{escape(repr(block))}</code></div>')
-    return Markup("".join(parts))
-
-
-def reward_html(reward: float | None) -> Markup:
-    """A reward, coloured on the red-to-green scale (``-`` when there is none)."""
-    if reward is None:
-        return Markup('<span class="ol-dim">-</span>')
-    return Markup(f'<b style="color:{colour(reward)}">{escape(fmt(reward))}</b>')
-
-
-def _short_json(value: JSON, limit: int = 200) -> str:
-    """A JSON value on one line, cut at ``limit`` characters."""
-    text = value if isinstance(value, str) else pretty_json(value, limit=limit * 4).replace("\n", " ")
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 @dataclass(frozen=True, slots=True)
 class ToolOutput:
     """What a tool returned: ``blocks``, ``metadata``, ``reward`` and ``finished``."""
@@ -200,7 +160,7 @@ class ToolOutput:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolResult:
+class ToolResult(_Shown):
     """The outcome of one ``/call``: the tool's output when ``ok``, else the server's ``error``.
 
     ``ok=False`` is an ORS logic failure (unknown tool, invalid input, finished episode): data for
@@ -266,26 +226,9 @@ class ToolResult:
             return f"ToolResult(ok=False, error={error!r}{reason})"
         return f"ToolResult(ok=True, reward={self.reward}, finished={self.finished}, blocks={len(self.blocks)})"
 
-    def _repr_html_(self) -> str:
-        if self.ok:
-            rows: list[tuple[str, Any]] = [("outcome", Markup('<span class="ol-ok">ok</span>')),
-                                           ("reward", reward_html(self.reward)), ("finished", self.finished),
-                                           ("blocks", len(self.blocks))]  # fmt: skip
-            if self.metadata is not None:
-                rows.append(("metadata", _short_json(self.metadata)))
-            body = blocks_html(self.blocks)
-        else:
-            rows = [("outcome", Markup('<span class="ol-bad">failed (ok=False)</span>')), ("error", self.error)]
-            if self.reason is not None:
-                rows.append(("reason", self.reason))
-            body = Markup("")
-        if self.task_id is not None:  # ids last
-            body = Markup(f'{body}<div class="ol-dim">task_id {escape(self.task_id)}</div>')
-        return styled(card("ToolResult", rows, extra=body))
-
 
 @dataclass(frozen=True, slots=True)
-class Split:
+class Split(_Shown):
     """A split of an environment's tasks: ``name`` and ``type`` (train, validation or test)."""
 
     name: str
@@ -302,14 +245,9 @@ class Split:
     def to_wire(self) -> dict[str, JSON]:
         return {"name": self.name, "type": self.type}
 
-    def _repr_html_(self) -> str:
-        return styled(
-            f'<span class="ol-card"><b>{escape(self.name)}</b> <span class="ol-pill">{escape(self.type)}</span></span>'
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class Task:
+class Task(_Shown):
     """A task: the environment it belongs to and its JSON ``spec``."""
 
     environment: str
@@ -327,15 +265,9 @@ class Task:
         spec = repr(dict(self.spec))
         return f"Task({self.environment!r}, {spec if len(spec) <= 80 else spec[:77] + '...'})"
 
-    def _repr_html_(self) -> str:
-        ids = [key for key in self.spec if key == "id" or key.endswith("_id")]
-        rows = [(key, _short_json(value, 400)) for key, value in self.spec.items() if key not in ids]
-        rows += [(key, _short_json(self.spec[key])) for key in ids]
-        return styled(card("Task", rows, subtitle=self.environment))
-
 
 @dataclass(frozen=True, slots=True)
-class ToolSpec:
+class ToolSpec(_Shown):
     """A tool as the server describes it: ``name``, ``description`` and JSON Schema ``input_schema``."""
 
     name: str
@@ -357,22 +289,3 @@ class ToolSpec:
     def __repr__(self) -> str:
         params = sorted((self.input_schema or {}).get("properties", {}))
         return f"ToolSpec({self.name!r}, params={params})"
-
-    def _repr_html_(self) -> str:
-        schema = self.input_schema if isinstance(self.input_schema, dict) else {}
-        found = schema.get("properties")
-        properties: dict[str, Any] = found if isinstance(found, dict) else {}
-        required = set(schema.get("required") or ())
-        rows = []
-        for name, prop in properties.items():
-            prop = prop if isinstance(prop, dict) else {}
-            kind = prop.get("type") or " | ".join(
-                str(p.get("type")) for p in prop.get("anyOf", []) if isinstance(p, dict)
-            )
-            rows.append((name, kind or "-", "yes" if name in required else "no", prop.get("description") or ""))
-        params = (
-            table(["parameter", "type", "required", "description"], rows)
-            if rows
-            else Markup('<div class="ol-dim">no parameters</div>')
-        )
-        return styled(card(self.name, [("description", self.description or "-")], subtitle="tool", extra=params))

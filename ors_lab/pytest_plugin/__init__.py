@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ors_lab.protocol.errors import TraceFormatError as _TraceFormatError
 from ors_lab.pytest_plugin.runs import OPENERS as _OPENERS
 from ors_lab.pytest_plugin.runs import Outcome as _Outcome
 from ors_lab.pytest_plugin.runs import ReplayFixture
@@ -78,7 +79,7 @@ from ors_lab.pytest_plugin.settings import action as _action
 from ors_lab.pytest_plugin.settings import resolve as _resolve
 from ors_lab.pytest_plugin.settings import trace_path as _trace_path
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # loading the plugin imports nothing heavy: the replay is imported when a test asks for it
     from ors_lab.replay.serve import ReplayTransport
 
 __all__ = ["MODES", "ReplayFixture", "default_trace_path"]
@@ -233,8 +234,7 @@ def ors_replay_transport(
     trace with the ``ors_replay`` fixture). A missing trace fails the test, naming the command that
     records it.
     """
-    from ors_lab.protocol.errors import TraceFormatError
-    from ors_lab.replay.serve import ReplayTransport
+    from ors_lab.replay.serve import ReplayTransport  # pandas, pyarrow: only when a test asks for it
 
     item = request.node
     settings = _settings(item, ors_record_mode, ors_replay_config, ors_trace_path)
@@ -250,7 +250,7 @@ def ors_replay_transport(
             try:
                 transport = ReplayTransport(settings.trace_path, speed=settings.speed, faults=settings.faults,
                                             allow_repeats=settings.allow_repeats)  # fmt: skip
-            except TraceFormatError as exc:
+            except _TraceFormatError as exc:
                 item.stash[_PROBLEM] = f"ors_replay_transport: cannot replay {settings.shown_path}: {exc}"
     yield transport
     if transport is not None and settings is not None:

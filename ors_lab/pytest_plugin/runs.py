@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Literal
 
 import pytest
 
+from ors_lab.protocol.errors import TraceFormatError
 from ors_lab.pytest_plugin.settings import Problem, ReplaySettings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # loading the plugin imports nothing heavy: the recorder is imported when a test asks for it
     from ors_lab.recording.recorder import Recorder
 
 __all__ = ["OPENERS", "Outcome", "ReplayFixture"]
@@ -70,8 +71,7 @@ def _temporary(path: Path, what: str) -> Path:
 
 @contextlib.contextmanager
 def replaying(settings: ReplaySettings, outcome: Outcome) -> Iterator[ReplayFixture]:
-    from ors_lab.protocol.errors import TraceFormatError
-    from ors_lab.replay.serve import ReplayServer
+    from ors_lab.replay.serve import ReplayServer  # pandas, pyarrow: only when a test asks for it
 
     try:
         server = ReplayServer(settings.trace_path, speed=settings.speed, faults=settings.faults,
@@ -86,8 +86,8 @@ def replaying(settings: ReplaySettings, outcome: Outcome) -> Iterator[ReplayFixt
 
 @contextlib.contextmanager
 def recording(settings: ReplaySettings, outcome: Outcome) -> Iterator[ReplayFixture]:
-    from ors_lab.recording.proxy import serve_proxy
-    from ors_lab.recording.recorder import Recorder
+    from ors_lab.recording.recorder import Recorder  # pyarrow: as above
+    from ors_lab.replay.proxy import serve_proxy  # pyarrow, starlette: only when a test records
 
     assert settings.upstream is not None
     temporary = _temporary(settings.trace_path, "recording")
@@ -104,8 +104,8 @@ def recording(settings: ReplaySettings, outcome: Outcome) -> Iterator[ReplayFixt
 
 @contextlib.contextmanager
 def new_episodes(settings: ReplaySettings, outcome: Outcome) -> Iterator[ReplayFixture]:
+    # pandas, pyarrow, starlette: only when a test records new episodes
     from ors_lab.analysis.trace import load_trace
-    from ors_lab.protocol.errors import TraceFormatError
     from ors_lab.recording.merge import write_appended
     from ors_lab.recording.recorder import Recorder
     from ors_lab.replay.forward import ForwardingReplay

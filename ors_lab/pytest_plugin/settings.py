@@ -125,7 +125,7 @@ def resolve(item: pytest.Item, record_mode: str, config: Mapping[str, Any], path
 
 
 def _faults(given: Any) -> tuple[Fault, ...]:
-    from ors_lab.replay.faults import Fault
+    from ors_lab.replay.faults import Fault  # the replay loads pandas, pyarrow: only for a test using ors_replay
 
     items = [given] if isinstance(given, str | Fault) else list(given or ())
     faults = []

@@ -27,6 +27,7 @@ How a trace is written, and why it survives a crash:
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import logging
@@ -386,6 +387,4 @@ class Recorder:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        import asyncio
-
         await asyncio.to_thread(self.close)

@@ -32,18 +32,16 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from httpx2 import ServerSentEvent
 
+from ors_lab.analysis.trace import Trace
 from ors_lab.protocol.call import UNKNOWN_TASK_ID, CallAssembler
 from ors_lab.protocol.errors import MalformedStreamError
-
-if TYPE_CHECKING:
-    from ors_lab.analysis.trace import Trace
 
 __all__ = ["RULES", "CallStream", "Violation", "call_streams", "check_trace", "format_violations"]
 

@@ -21,9 +21,9 @@ from ors_lab.analysis.trace import Trace
 from ors_lab.asgi import read_body, serve_app
 from ors_lab.events import Subscriber
 from ors_lab.protocol.replay import EPISODES, REPLAY_HEADER
-from ors_lab.recording.proxy import RecordingProxy
 from ors_lab.replay.engine import MISMATCH_HEADER, ROOT_STATELESS, STATELESS, Answer, ReplayEngine
 from ors_lab.replay.faults import Fault
+from ors_lab.replay.proxy import RecordingProxy
 from ors_lab.replay.serve import _Cut, replay_app
 
 __all__ = ["ForwardingReplay"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from types import TracebackType
@@ -18,7 +19,7 @@ from typing import Any, Self
 import httpx2
 
 from ors_lab.analysis.trace import Trace
-from ors_lab.asgi import lifespan, read_body, serve_app
+from ors_lab.asgi import lifespan, listen, read_body, run_app, serve_app
 from ors_lab.replay.engine import Answer, ReplayEngine
 from ors_lab.replay.faults import Fault
 
@@ -192,10 +193,6 @@ def run_replay(
 
     An unreadable trace is a ``TraceFormatError`` and a port in use an ``OSError``, both before serving.
     """
-    import signal
-
-    from ors_lab.asgi import listen, run_app
-
     engine = ReplayEngine(trace, speed=speed, faults=faults, allow_repeats=allow_repeats)
     sock = listen(port)
 

@@ -29,14 +29,14 @@ from typing import Any
 import pytest
 
 import ors_lab as ol
-from ors_lab.analysis import report as report_module
 from ors_lab.analysis.frames import default_ks, summary_frame
-from ors_lab.analysis.report import Report, ReportData, report_data, report_html, write_report
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.events import CloseEvent, OpenEvent, PingEvent
-from ors_lab.notebook.run import RunState
-from ors_lab.notebook.trace import TraceState
-from ors_lab.notebook.widget import esm
+from ors_lab.viewer import report as report_module
+from ors_lab.viewer.page import esm
+from ors_lab.viewer.report import Report, ReportData, report_data, report_html, write_report
+from ors_lab.viewer.run import RunState
+from ors_lab.viewer.trace import TraceState
 from tests import traces
 from tests.analysis.synthetic import Episode, record
 from tests.conftest import REPO_ROOT

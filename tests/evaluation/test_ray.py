@@ -31,7 +31,8 @@ from ors_lab.demo.launch import ServerProcess
 from ors_lab.evaluation import aevaluate, evaluate
 from ors_lab.evaluation.ray import RayBackend, WorkerPool
 from ors_lab.events import Event
-from ors_lab.feed import FeedReader, FeedState
+from ors_lab.feed import FeedReader
+from ors_lab.viewer.feed_state import FeedState
 from tests.envs.common import ECHO_TASKS, LAB_TASKS
 from tests.envs.counting_envs import live_sessions
 from tests.evaluation.policies import (

@@ -4,6 +4,7 @@ breaks just before the run's end, and a feed that is gone."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import socket
 import time
 from concurrent.futures import Future
@@ -16,8 +17,9 @@ import ors_lab as ol
 from ors_lab.agents.policy import Observation, ToolCall
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.events import EventStream
-from ors_lab.feed import FeedReader, FeedState, feed_url
+from ors_lab.feed import FeedReader, feed_url
 from ors_lab.feed.server import PATH
+from ors_lab.viewer.feed_state import FeedState
 from tests.cutting_proxy import CuttingProxy
 from tests.evaluation.policies import lab_policy
 from tests.feed.feeds import in_thread, read_feed
@@ -144,3 +146,25 @@ def test_a_reader_whose_feed_is_gone_says_the_run_s_final_state_is_unknown(cutti
             "its final state is unknown")  # fmt: skip
     assert reader.error == gone
     assert state.text().endswith(f"  [feed lost: {gone}]")
+
+
+MOVED_ABOVE = [
+    ("FeedState", "ors_lab.viewer.feed_state"),
+    ("Watch", "ors_lab.notebook.watch"),
+    ("WatchPage", "ors_lab.viewer.watch"),
+    ("serve_watch", "ors_lab.viewer.watch"),
+    ("watch", "ors_lab.notebook.watch"),
+]
+
+
+@pytest.mark.parametrize(("name", "home"), MOVED_ABOVE)
+def test_the_names_that_moved_above_the_feed_still_work_with_a_deprecation_warning(name: str, home: str) -> None:
+    """The feed's old names of what moved to the viewer and the notebook give the moved object and say where it is."""
+    import ors_lab.feed
+
+    with pytest.warns(DeprecationWarning, match=rf"ors_lab\.feed\.{name} moved to {home}\.{name}"):
+        old = getattr(ors_lab.feed, name)
+    assert old is getattr(importlib.import_module(home), name)
+    assert name not in ors_lab.feed.__all__
+    with pytest.raises(AttributeError, match="no attribute 'FeedStates'"):
+        ors_lab.feed.FeedStates  # noqa: B018

@@ -23,10 +23,11 @@ import ors_lab as ol
 from ors_lab.demo.agent import DemoAgent
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.events import AgentEvent, Event, EventStream, TextDeltaEvent, event_from_wire
-from ors_lab.feed import FEED_KINDS, FeedState
+from ors_lab.feed import FEED_KINDS
 from ors_lab.protocol.sse import ServerSentEvent, SSEComment
 from ors_lab.recording.parts import parts_dir
-from ors_lab.recording.proxy import serve_proxy
+from ors_lab.replay.proxy import serve_proxy
+from ors_lab.viewer.feed_state import FeedState
 from tests.feed.feeds import (
     comments_of,
     data,

@@ -19,9 +19,10 @@ import ors_lab as ol
 from ors_lab.agents.policy import Observation, ToolCall
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.events import Event
-from ors_lab.feed import FeedReader, FeedState
+from ors_lab.feed import FeedReader
 from ors_lab.feed.server import INTERVAL
-from ors_lab.notebook.run import RunState
+from ors_lab.viewer.feed_state import FeedState
+from ors_lab.viewer.run import RunState
 from tests.envs.common import LAB_TASKS
 from tests.llm_server import LLMServer
 from tests.notebook.test_run_view import crashing_policy, figures

@@ -29,7 +29,7 @@ from jupyter_client.manager import KernelManager, start_new_kernel
 import ors_lab as ol
 from ors_lab import Recorder
 from ors_lab.analysis.show import summarize
-from ors_lab.client import aclient
+from ors_lab.client import _session as aclient
 from ors_lab.client.aclient import DELETE_ATTEMPTS
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.evaluation import aevaluate

@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 import ors_lab as ol
-from ors_lab.recording.proxy import OUTCOME_UNKNOWN_STATUS, serve_proxy
+from ors_lab.replay.proxy import OUTCOME_UNKNOWN_STATUS, serve_proxy
 
 RESULT = {"ok": True, "output": {"blocks": [{"type": "text", "text": "ran"}], "reward": 1.0, "finished": False}}
 SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

@@ -30,7 +30,7 @@ import pytest
 import ors_lab as ol
 from ors_lab.client import policy
 from ors_lab.client.policy import RetryPolicy
-from ors_lab.recording.proxy import OUTCOME_UNKNOWN_STATUS, serve_proxy
+from ors_lab.replay.proxy import OUTCOME_UNKNOWN_STATUS, serve_proxy
 from tests.hostile.cases import (
     BOUND,
     BROKEN_CONNECTIONS,

@@ -23,7 +23,8 @@ from ors_lab import html
 from ors_lab.events import EventStream, TextDeltaEvent, TextStartEvent
 from ors_lab.notebook import ENV_VAR, MODES, LiveView, Throttle, ViewState, live_views, resolve, settings
 from ors_lab.notebook.view import WIDGET_MIME
-from ors_lab.notebook.widget import PAGES, VIEWS, esm, make_front, page_esm
+from ors_lab.notebook.widget import make_front
+from ors_lab.viewer.page import PAGES, VIEWS, esm, page_esm
 
 # -- the throttle --------------------------------------------------------------------------------
 

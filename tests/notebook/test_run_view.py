@@ -47,9 +47,9 @@ from ors_lab.events import (
     UsageEvent,
 )
 from ors_lab.notebook import LiveView
-from ors_lab.notebook import run as dashboard
-from ors_lab.notebook.run import RunState
 from ors_lab.stats import mean, pass_at_k, stderr
+from ors_lab.viewer import run as dashboard
+from ors_lab.viewer.run import RunState
 from tests.envs.common import LAB_TASKS
 from tests.evaluation.policies import answer_for, expected_reward, lab_policy, slow_lab_policy
 from tests.llm_server import LLMServer

@@ -16,7 +16,8 @@ from nbclient import NotebookClient
 import ors_lab as ol
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.events import Event, SSEEvent
-from ors_lab.notebook.session import OUTPUT_CHARS, SessionState, SessionView, partial_text
+from ors_lab.notebook.session import SessionView
+from ors_lab.viewer.session import OUTPUT_CHARS, SessionState, partial_text
 from tests import wire
 from tests.envs import common
 

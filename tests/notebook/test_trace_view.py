@@ -22,8 +22,8 @@ import pytest
 import ors_lab as ol
 from ors_lab.analysis import frames
 from ors_lab.events import EventStream, OpenEvent, PingEvent, RequestEvent
-from ors_lab.notebook.trace import MAX_ITEMS, TEXT_CHARS, TraceState, reward_histogram, timeline
 from ors_lab.notebook.view import WIDGET_MIME
+from ors_lab.viewer.trace import MAX_ITEMS, TEXT_CHARS, TraceState, reward_histogram, timeline
 from tests.analysis.synthetic import Episode, events
 from tests.envs.common import CRASH_MESSAGE, LAB_TASKS
 from tests.llm_server import API_KEY, MODEL, LLMServer
@@ -373,7 +373,7 @@ def test_the_viewer_in_a_browser(recorded: Recorded, big_trace: ol.Trace, tmp_pa
     from playwright.sync_api import sync_playwright
 
     from ors_lab.html import stylesheet
-    from ors_lab.notebook.widget import esm
+    from ors_lab.viewer.page import esm
 
     page_html = f"<!doctype html><meta charset=utf-8><style>{stylesheet()}</style><div id=out></div>"
     with sync_playwright() as playwright:

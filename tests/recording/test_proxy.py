@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 import ors_lab as ol
-from ors_lab.recording.proxy import serve_proxy
+from ors_lab.replay.proxy import serve_proxy
 from tests import official
 from tests.envs import common
 

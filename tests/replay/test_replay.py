@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import ors_lab as ol
-from ors_lab.recording.proxy import serve_proxy
 from ors_lab.replay.forward import ForwardingReplay
+from ors_lab.replay.proxy import serve_proxy
 from tests.envs import common
 from tests.evaluation.policies import lab_policy
 from tests.recording.test_proxy import official_client

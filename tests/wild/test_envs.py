@@ -26,8 +26,8 @@ from ors_lab.agents.episode import Episode
 from ors_lab.cli import main as cli_main
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.events import Event, SSEEvent
-from ors_lab.notebook.run import RunState
 from ors_lab.replay.check import check_trace
+from ors_lab.viewer.run import RunState
 from tests.envs import wild_common as w
 
 pytestmark = pytest.mark.timeout(180)

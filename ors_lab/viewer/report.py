@@ -9,9 +9,10 @@ episode in the trace viewer (a page at a time, sorted, filtered; a click opens t
 requests and responses, SSE events, pings and gaps, tool calls with inputs and outputs, rewards,
 the agent's reasoning and text, errors in red).
 
-One front end: the page draws itself with the notebook's own renderers (``ors_lab/notebook/static``:
+One front end: the page draws itself with the notebook's own renderers (``ors_lab/viewer/static``:
 ``run.js``, ``trace.js``) through a model the page plays instead of a kernel (``page.js``; the
-report's entry is ``report.js``). Its data is made here by the states a notebook draws:
+report's entry is ``report.js``; the page's shell is ``ors_lab.viewer.page``). Its data is made here by the
+states a notebook draws:
 ``RunState`` fed the trace's agent events (its clock set to each row's time), ``TraceState`` for
 the list and the timelines; the summary card and the per-task tables are made from the frames
 (``summary_frame``, ``tasks_frame``, ``errors_frame``) by ``run_summary``, the same function an
@@ -51,23 +52,23 @@ import pyarrow.compute as pc
 
 from ors_lab.analysis.frames import TOKENS, default_ks, errors_frame, summary_frame, tasks_frame
 from ors_lab.events import agent_event, strict_json
-from ors_lab.html import Markup, escape, stylesheet
-from ors_lab.notebook.run import (
+from ors_lab.html import Markup, escape
+from ors_lab.version import __version__
+from ors_lab.viewer.page import page_html
+from ors_lab.viewer.run import RunState
+from ors_lab.viewer.run_summary import (
     HTML_CELLS,
     MAX_ERRORS,
     TABLE_TASKS,
-    RunState,
     RunSummary,
     TaskRow,
     run_summary_html,
     task_table,
 )
-from ors_lab.notebook.widget import page_esm
-from ors_lab.version import __version__
+from ors_lab.viewer.trace import TraceState, trace_state
 
 if TYPE_CHECKING:
     from ors_lab.analysis.trace import Trace
-    from ors_lab.notebook.trace import TraceState
 
 __all__ = [
     "CHUNK_CHARS",
@@ -185,7 +186,7 @@ def report_data(trace: Trace, *, timelines: int = TIMELINES, detail_bytes: int =
     """The report of ``trace``: see the module docstring."""
     if timelines < 0:
         raise ValueError(f"timelines must be 0 or more, not {timelines}")
-    viewer: TraceState = trace._state()
+    viewer: TraceState = trace_state(trace)
     viewer.path = Path(trace.path).name  # a page to share names the file, not where it was on this machine
     listed = viewer.rows()
     episodes = trace.episodes
@@ -467,9 +468,6 @@ def run_summary(
 
 def report_html(data: ReportData) -> str:
     """The page: the static summary and cards, the data, the script. See the module docstring."""
-    script = page_esm("report")
-    if "</script" in script.lower():
-        raise ValueError("the report's script holds '</script', which would end it early")  # a bug in static/*.js
     runs = "".join(f'<section class="ol-page-run"><div id="{mount}">{card}</div>{tasks}</section>'
                    for mount, card, tasks in data.runs)  # fmt: skip
     blobs = [
@@ -481,19 +479,7 @@ def report_html(data: ReportData) -> str:
         f"{base64.b64encode(blob).decode('ascii')}</script>\n"
         for name, blob in blobs
     )
-    return f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="generator" content="ors_lab {__version__}">
-<title>{escape(data.title)} · ors_lab report</title>
-<style>{stylesheet()}</style>
-</head>
-<body>
-<main class="ors-lab ol-page">
-<h1>{escape(data.title)}</h1>
+    body = f"""<h1>{escape(data.title)}</h1>
 <p class="ol-dim">A report of a recorded run. It draws itself in the browser, offline: it needs no network and no
 kernel.</p>
 <noscript><p class="ol-err">Scripts are off here (a mail reader's preview?): this is the page's static summary.
@@ -505,14 +491,8 @@ Open the file in a browser to see the dashboards and every episode's timeline.</
 <h2>Episodes</h2>
 <p class="ol-dim">Click an episode to open its timeline; sort by a column, filter, or show only the failed ones.</p>
 <div id="ors-lab-trace">{data.trace}</div>
-<footer>{escape(data.footer)}</footer>
-</main>
-{inline}<script type="module">
-{script}
-</script>
-</body>
-</html>
-"""
+<footer>{escape(data.footer)}</footer>"""
+    return page_html("report", title=f"{escape(data.title)} · ors_lab report", csp=CSP, body=body, after=inline)
 
 
 # -- small pieces ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """``FeedState``: the dashboard of a run watched through its live feed, rebuilt from the feed's events.
 
 The feed's events are the run's own (``full_wire``), so a watcher decodes them (``event_from_wire``)
-and feeds them to a ``RunState``, the dashboard's state in the notebook: the same figures, grid,
+and feeds them to a ``RunState``, the dashboard's state the notebook draws: the same figures, grid,
 panes and transcripts, made by the same code. What a watcher joining late needs comes first, as
 events too (``docs/feed.md``): ``snapshot`` (or ``reset``, when events were lost), the run's plan
 (``run``), its outcomes so far (``episode``), the events of its running episodes, then
@@ -13,7 +13,7 @@ snapshot), and an episode counts at the time it ended in the run (``started`` + 
 caught up from a snapshot or read live however late the feed (drained every ``INTERVAL``) or a loaded
 machine brought it, so its rate and its mean reward over time are the run's own.
 
-No I/O here: ``take(kind, data)`` is one event of the feed, ``FeedReader`` reads them.
+No I/O here: ``take(kind, data)`` is one event of the feed, ``ors_lab.feed.FeedReader`` reads them.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from ors_lab.events import EpisodeEvent, event_from_wire
+from ors_lab.feed.plan import RunPlan
 from ors_lab.html import card, styled
-from ors_lab.notebook.run import RunState
-from ors_lab.notebook.state import ViewState
+from ors_lab.viewer.run import RunState
+from ors_lab.viewer.state import ViewState
 
 __all__ = ["FeedState"]
 
@@ -107,9 +108,7 @@ class FeedState(ViewState):
             self._pinned = None
 
     def _begin(self, data: Mapping[str, Any]) -> bool:
-        keys = [(int(task), int(rollout)) for task, rollout in data.get("keys") or []]
-        run = RunState(str(data.get("environment")), str(data.get("split")), keys, agent=data.get("agent"),
-                       label=data.get("label"), clock=self.clock)  # fmt: skip
+        run = RunState.of(RunPlan.from_wire(data), clock=self.clock)
         if self._run_id is not None:
             run.id = self._run_id  # the front end keeps its store of transcripts under it
         self._run_id = run.id

@@ -45,6 +45,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
 from typing import Any
@@ -55,7 +56,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ors_lab.asgi import serve_app
+from ors_lab.asgi import listen, run_app, serve_app
 from ors_lab.client.policy import OUTCOME_HEADER
 from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream
 from ors_lab.client.transport import AiohttpTransport
@@ -457,10 +458,6 @@ def run_proxy(
     nothing behind. ``redact_names`` (header, query and JSON key names, matched case-insensitively)
     and ``redact_patterns`` (regular expressions) add to the recorder's default redactions.
     """
-    import signal
-
-    from ors_lab.asgi import listen, run_app
-
     redaction: dict[str, Any] = {"redact_patterns": list(redact_patterns)}
     names = list(redact_names)
     if names:  # only then: a Recorder without name redaction does not take the keyword

@@ -1,39 +1,35 @@
-"""Watching a run through its live feed: ``ol.watch(url)`` in a notebook or terminal, ``ors-lab watch URL`` in a page.
+"""The page of ``ors-lab watch URL``: a run watched through its live feed, served on 127.0.0.1.
 
-Both read the feed in a thread of their own (``FeedReader``) into a ``FeedState``: the run's
-``RunState`` rebuilt from its events, the state the notebook's dashboard draws.
-
-- ``watch(url)`` shows it where it is called, as ``evaluate`` shows its own run (``ol.live_views()``):
-  the dashboard widget in a notebook, updated at most 10 times a second and left with its final
-  state and static summary when the run ends; the progress line elsewhere. It returns a ``Watch``
-  at once; ``Watch.wait()`` blocks until the run has ended.
-- ``serve_watch(url)`` (``ors-lab watch URL``) serves a page on 127.0.0.1 that shows the same
-  dashboard, drawn by the notebook's own JavaScript (``static/run.js``, through ``static/page.js``'s
-  page model): the page subscribes to this server with the browser's ``EventSource`` (``GET
-  /dashboard``: ``dashboard`` events holding the state to draw, at most 10 a second, one a second
-  when nothing changed) and asks it for a finished episode's transcript when a grid cell is clicked
-  (``POST /request``, what a kernel answers in a notebook). The page reads this server only, never
-  the feed, so the feed needs no CORS: no other web page can read a run's feed from a browser.
+``serve_watch(url)`` reads the feed in a thread of its own (``ors_lab.feed.FeedReader``) into a
+``FeedState`` (the run's ``RunState`` rebuilt from its events) and serves a page that shows the
+dashboard the notebook shows, drawn by the same JavaScript (``static/run.js``, through
+``static/page.js``'s page model): the page subscribes to this server with the browser's
+``EventSource`` (``GET /dashboard``: ``dashboard`` events holding the state to draw, at most 10 a
+second, one a second when nothing changed) and asks it for a finished episode's transcript when a
+grid cell is clicked (``POST /request``, what a kernel answers in a notebook). The page reads this
+server only, never the feed, so the feed needs no CORS: no other web page can read a run's feed from
+a browser. In a notebook or a terminal, ``ol.watch(url)`` shows the same state live
+(``ors_lab.notebook.watch``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import threading
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any
 
-from ors_lab.asgi import lifespan, read_body
+from ors_lab.asgi import lifespan, listen, read_body, run_app
 from ors_lab.events import strict_json
 from ors_lab.feed.reader import FeedReader, feed_url
-from ors_lab.feed.state import FeedState
-from ors_lab.html import escape, stylesheet
-from ors_lab.notebook.view import LiveView
-from ors_lab.notebook.widget import page_esm
-from ors_lab.version import __version__
+from ors_lab.html import escape
+from ors_lab.viewer.feed_state import FeedState
+from ors_lab.viewer.page import page_html
 
-__all__ = ["DASHBOARD_EVERY", "PAGE_CSP", "Watch", "WatchPage", "serve_watch", "watch"]
+__all__ = ["DASHBOARD_EVERY", "OVER", "PAGE_CSP", "WatchPage", "serve_watch"]
 
 DASHBOARD_EVERY = 0.1
 """Seconds between two dashboard updates a page gets at most."""
@@ -42,69 +38,8 @@ _IDLE_EVERY = 1.0
 PAGE_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
             "connect-src 'self'")  # fmt: skip
 """The watch page's Content-Security-Policy: its own inline script and styles; it talks to its own server only."""
-_OVER = ("ended", "lost", "closed")
-
-
-class Watch:
-    """A run watched through its live feed (``watch(url)``): its ``state`` (``FeedState``; ``state.run``
-    is the ``RunState``), its ``view``, and the ``reader`` of the feed."""
-
-    def __init__(self, state: FeedState, view: LiveView, reader: FeedReader) -> None:
-        self.state = state
-        self.view = view
-        self.reader = reader
-
-    def __repr__(self) -> str:
-        return repr(self.view)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the run has ended (or the feed is lost); True if it has."""
-        return self.reader.wait(timeout)
-
-    def close(self) -> None:
-        """Stop watching; the view keeps its last state."""
-        self.reader.close()
-        self.view.close()
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return self.view._repr_mimebundle_(include, exclude)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def watch(url: str, *, timeout: float = 10.0) -> Watch:
-    """Show the dashboard of the run behind the live feed at ``url`` (``evaluate(..., feed=...)``'s
-    ``feed_url``, or ``ors-lab eval --feed``'s), live; returns a ``Watch`` at once (see the module docstring).
-
-    A feed that cannot be reached within ``timeout`` seconds is a ``ConnectionFailedError``; a URL
-    that answers something else than a feed, a ``MalformedResponseError``.
-    """
-    __tracebackhide__ = True
-    state = FeedState(feed_url(url))
-    view = LiveView(state)
-
-    def status(name: str, error: str | None) -> None:
-        def change() -> bool:
-            state.status, state.error = name, error
-            return True
-
-        view.update(change)
-        if name in _OVER:
-            view.close()
-
-    reader = FeedReader(url, lambda kind, data: view.update(lambda: state.take(kind, data)), on_status=status)
-    reader.start()
-    try:
-        reader.wait_ready(timeout)
-    except BaseException:
-        reader.close()
-        raise
-    view.show()
-    return Watch(state, view, reader)
+OVER = ("ended", "lost", "closed")
+"""The reader's states of a feed that will send no more."""
 
 
 class WatchPage:
@@ -131,33 +66,13 @@ class WatchPage:
 
     def html(self) -> str:
         """The page: its static summary until its script has drawn the dashboard."""
-        script = page_esm("watch")
         with self._lock:
             summary = self.state.html()
         feed = escape(self.state.url)
-        return f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{PAGE_CSP}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="generator" content="ors_lab {__version__}">
-<link rel="icon" href="data:,">
-<title>watching {feed} · ors_lab</title>
-<style>{stylesheet()}</style>
-</head>
-<body>
-<main class="ors-lab ol-page">
-<h1>A run, live</h1>
+        body = f"""<h1>A run, live</h1>
 <p class="ol-dim" id="ors-lab-feed">watching {feed}</p>
-<div id="ors-lab-run">{summary}</div>
-</main>
-<script type="module">
-{script}
-</script>
-</body>
-</html>
-"""
+<div id="ors-lab-run">{summary}</div>"""
+        return page_html("watch", title=f"watching {feed} · ors_lab", csp=PAGE_CSP, body=body, icon=True)
 
     def update(self) -> tuple[int, str]:
         """The state's version and one ``dashboard`` event of it (what the page draws)."""
@@ -227,10 +142,6 @@ def serve_watch(url: str, *, port: int = 0, say: Callable[[str], None] = print, 
     The port is taken and the feed read first: a port in use is an ``OSError``, a feed that cannot be
     reached a ``ConnectionFailedError``, both before anything is served.
     """
-    import contextlib
-    import signal
-
-    from ors_lab.asgi import listen, run_app
 
     def said(status: str, error: str | None) -> None:
         if status == "ended":
