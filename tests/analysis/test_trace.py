@@ -225,7 +225,7 @@ def test_an_episode_row_written_by_hand_gets_its_figures_from_its_record(tmp_pat
     path = tmp_path / "run.parquet"
     record = {"success": True, "total_reward": 2.0, "final_reward": 1.0, "finish_reason": "stop",
               "duration_s": 0.5, "started": 1.7e9, "error_type": None}  # fmt: skip
-    with ors_lab.Recorder(path) as rec:
+    with ors_lab.Recorder(path) as rec:  # emit: its episode rows given as a record are what this test pins
         rec.emit("episode", layer="agent", session_id="s", data=json.dumps(record), environment="lab",
                  split="test", task_index=0, reward=1.0, ok=True)  # fmt: skip
         for bad in ("{not json", "[1, 2]", '{"success": "very"}'):
