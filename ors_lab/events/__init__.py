@@ -55,8 +55,11 @@ handed; two runs at once on one client each capture their own episodes (a ``Cont
 from ors_lab.events.encoding import compact_json, strict_json
 from ors_lab.events.records import (
     AGENT_KINDS,
+    ERROR_SOURCES,
+    ERROR_TYPES,
     EVENT_TYPES,
     FINISH_REASONS,
+    USAGE_SCOPES,
     AgentEvent,
     BlockEndEvent,
     BlockStartEvent,
@@ -95,21 +98,21 @@ from ors_lab.events.records import (
     wall_ns,
     wall_time,
 )
-from ors_lab.events.records import ERROR_SOURCES as ERROR_SOURCES
-from ors_lab.events.records import ERROR_TYPES as ERROR_TYPES
-from ors_lab.events.records import USAGE_SCOPES as USAGE_SCOPES
-from ors_lab.events.stream import DEFAULT_BUFFER as DEFAULT_BUFFER
-from ors_lab.events.stream import BufferedSubscription as BufferedSubscription
-from ors_lab.events.stream import EventStream, Subscriber, Subscription
+from ors_lab.events.stream import DEFAULT_BUFFER, BufferedSubscription, EventStream, Subscriber, Subscription
 from ors_lab.events.wire import agent_event, event_from_wire, full_wire
 
 __all__ = [
     "AGENT_KINDS",
+    "DEFAULT_BUFFER",
+    "ERROR_SOURCES",
+    "ERROR_TYPES",
     "EVENT_TYPES",
     "FINISH_REASONS",
+    "USAGE_SCOPES",
     "AgentEvent",
     "BlockEndEvent",
     "BlockStartEvent",
+    "BufferedSubscription",
     "CallErrorEvent",
     "ChunkEvent",
     "CloseEvent",

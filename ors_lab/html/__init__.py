@@ -15,7 +15,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["Markup", "card", "colour", "escape", "fmt", "pretty_json", "styled", "table"]
+__all__ = ["Markup", "card", "colour", "escape", "fmt", "pretty_json", "styled", "stylesheet", "table"]
 
 
 class Markup(str):

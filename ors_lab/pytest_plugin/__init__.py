@@ -65,20 +65,19 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ors_lab.protocol.errors import TraceFormatError
-from ors_lab.pytest_plugin.runs import OPENERS, Outcome, ReplayFixture
-from ors_lab.pytest_plugin.settings import (
-    MARKER_HELP,
-    MODE_ENV,
-    MODE_HELP,
-    MODES,
-    Problem,
-    ReplaySettings,
-    action,
-    default_trace_path,
-    resolve,
-    trace_path,
-)
+from ors_lab.protocol.errors import TraceFormatError as _TraceFormatError
+from ors_lab.pytest_plugin.runs import OPENERS as _OPENERS
+from ors_lab.pytest_plugin.runs import Outcome as _Outcome
+from ors_lab.pytest_plugin.runs import ReplayFixture
+from ors_lab.pytest_plugin.settings import MARKER_HELP as _MARKER_HELP
+from ors_lab.pytest_plugin.settings import MODE_ENV as _MODE_ENV
+from ors_lab.pytest_plugin.settings import MODE_HELP as _MODE_HELP
+from ors_lab.pytest_plugin.settings import MODES, default_trace_path
+from ors_lab.pytest_plugin.settings import Problem as _Problem
+from ors_lab.pytest_plugin.settings import ReplaySettings as _ReplaySettings
+from ors_lab.pytest_plugin.settings import action as _action
+from ors_lab.pytest_plugin.settings import resolve as _resolve
+from ors_lab.pytest_plugin.settings import trace_path as _trace_path
 
 if TYPE_CHECKING:  # loading the plugin imports nothing heavy: the replay is imported when a test asks for it
     from ors_lab.replay.serve import ReplayTransport
@@ -97,7 +96,7 @@ _CALL_REPORT = pytest.StashKey[pytest.TestReport]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("ors_lab", "ors_lab replay and recording of ORS traffic")
-    group.addoption("--ors-record-mode", choices=MODES, default=None, help=MODE_HELP)
+    group.addoption("--ors-record-mode", choices=MODES, default=None, help=_MODE_HELP)
     group.addoption(
         "--ors-upstream",
         default=None,
@@ -113,10 +112,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", MARKER_HELP)
-    mode = config.getoption("ors_record_mode") or os.environ.get(MODE_ENV) or "none"
+    config.addinivalue_line("markers", _MARKER_HELP)
+    mode = config.getoption("ors_record_mode") or os.environ.get(_MODE_ENV) or "none"
     if mode not in MODES:
-        raise pytest.UsageError(f"{MODE_ENV}={mode!r} is not a record mode; valid modes are {', '.join(MODES)}")
+        raise pytest.UsageError(f"{_MODE_ENV}={mode!r} is not a record mode; valid modes are {', '.join(MODES)}")
     config.stash[_MODE] = mode
     config.stash[_UNPLAYED] = []
     config.stash[_RECORDED] = []
@@ -170,7 +169,7 @@ def ors_replay_config() -> dict[str, Any]:
 @pytest.fixture
 def ors_trace_path(request: pytest.FixtureRequest, ors_replay_config: dict[str, Any]) -> Path:
     """The test's trace (see the module docstring)."""
-    return trace_path(request.node, ors_replay_config)
+    return _trace_path(request.node, ors_replay_config)
 
 
 def _passed(item: pytest.Item) -> bool:
@@ -178,16 +177,16 @@ def _passed(item: pytest.Item) -> bool:
     return report is not None and report.passed
 
 
-def _settings(item: pytest.Item, mode: str, config: dict[str, Any], path: Path) -> ReplaySettings | None:
+def _settings(item: pytest.Item, mode: str, config: dict[str, Any], path: Path) -> _ReplaySettings | None:
     """The test's settings; a problem with them is stashed to fail the test with (None)."""
     try:
-        return resolve(item, mode, config, path)
-    except Problem as problem:
+        return _resolve(item, mode, config, path)
+    except _Problem as problem:
         item.stash[_PROBLEM] = str(problem)
         return None
 
 
-def _report(settings: ReplaySettings, item: pytest.Item, outcome: Outcome) -> None:
+def _report(settings: _ReplaySettings, item: pytest.Item, outcome: _Outcome) -> None:
     item.config.stash[_RECORDED].extend(outcome.recorded)
     if not outcome.unplayed:
         return
@@ -208,13 +207,13 @@ def ors_replay(
     """The test's ORS traffic replayed from its trace, or recorded into it (see ``ors_lab.pytest_plugin``)."""
     item = request.node
     settings = _settings(item, ors_record_mode, ors_replay_config, ors_trace_path)
-    outcome = Outcome(functools.partial(_passed, item))  # asked at teardown, once the call has its report
+    outcome = _Outcome(functools.partial(_passed, item))  # asked at teardown, once the call has its report
     try:
         if settings is None:
-            raise Problem(item.stash[_PROBLEM])
-        opened = OPENERS[action(settings)](settings, outcome)
+            raise _Problem(item.stash[_PROBLEM])
+        opened = _OPENERS[_action(settings)](settings, outcome)
         fixture = opened.__enter__()
-    except Problem as problem:
+    except _Problem as problem:
         item.stash[_PROBLEM] = str(problem)  # pytest_runtest_call fails the test with it
         yield ReplayFixture("", "replay", ors_trace_path, ors_record_mode)
         return
@@ -251,8 +250,8 @@ def ors_replay_transport(
             try:
                 transport = ReplayTransport(settings.trace_path, speed=settings.speed, faults=settings.faults,
                                             allow_repeats=settings.allow_repeats)  # fmt: skip
-            except TraceFormatError as exc:
+            except _TraceFormatError as exc:
                 item.stash[_PROBLEM] = f"ors_replay_transport: cannot replay {settings.shown_path}: {exc}"
     yield transport
     if transport is not None and settings is not None:
-        _report(settings, item, Outcome(functools.partial(_passed, item), unplayed=transport.unplayed()))
+        _report(settings, item, _Outcome(functools.partial(_passed, item), unplayed=transport.unplayed()))

@@ -31,11 +31,13 @@ import pytest
 import ors_lab as ol
 from ors_lab.analysis.frames import default_ks, summary_frame
 from ors_lab.demo.launch import ServerProcess
+from ors_lab.events import CloseEvent, OpenEvent, PingEvent
 from ors_lab.viewer import report as report_module
 from ors_lab.viewer.page import esm
 from ors_lab.viewer.report import Report, ReportData, report_data, report_html, write_report
 from ors_lab.viewer.run import RunState
 from ors_lab.viewer.trace import TraceState
+from tests import traces
 from tests.analysis.synthetic import Episode, record
 from tests.conftest import REPO_ROOT
 from tests.envs.common import LAB_TASKS
@@ -218,9 +220,8 @@ def test_a_trace_no_evaluation_ran_lists_its_sessions(tmp_path: Path) -> None:
     """Sessions recorded without an evaluation (a proxy's trace): no dashboard, the list and timelines all the same."""
     path = tmp_path / "bare.parquet"
     with ol.Recorder(path) as rec:
-        rec.emit("open", session_id="s", environment="lab", split="train", task_index=0)
-        rec.emit("ping", session_id="s")
-        rec.emit("close", session_id="s", ok=True)
+        traces.record(rec, OpenEvent(session_id="s", environment="lab", split="train", task_index=0),
+                      PingEvent(session_id="s"), CloseEvent(session_id="s", ok=True))  # fmt: skip
     data = report_data(ol.load_trace(path))
     assert data.head["runs"] == [] and data.runs == [] and [row["key"] for row in data.head["list"]] == ["s"]
     assert [item["kind"] for item in chunks_of(data)["s"]["timeline"]["items"]] == ["session", "ping", "session"]

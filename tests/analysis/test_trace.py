@@ -19,8 +19,10 @@ import pytest
 
 import ors_lab
 from ors_lab.analysis.trace import GROUPS_AT_ONCE
+from ors_lab.events import RequestEvent, ResponseEvent
 from ors_lab.recording.parts import parts_dir
 from ors_lab.recording.schema import EPISODE_COLUMNS, METADATA_CREATED, METADATA_SCHEMA_VERSION, METADATA_SERVERS
+from tests.traces import record
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -35,12 +37,13 @@ def test_a_path_without_a_file_name_is_no_trace(path: str) -> None:
 
 RECORD_IN_PARTS = """
 import os, sys, ors_lab
+from ors_lab.events import RequestEvent, ResultEvent
 rec = ors_lab.Recorder(sys.argv[1], flush_interval=3600)
 for n in range(3):
     for call in range(4):
-        rec.emit("request", session_id=f"s{n}", call=call, method="POST", url="http://127.0.0.1:1/lab/call",
-                 body=b'{"name":"step","input":{"value":1}}')
-        rec.emit("result", session_id=f"s{n}", call=call, ok=True, reward=1.0, finished=call == 3)
+        rec.record(RequestEvent(session_id=f"s{n}", call=call, method="POST", url="http://127.0.0.1:1/lab/call",
+                                body=b'{"name":"step","input":{"value":1}}'))
+        rec.record(ResultEvent(session_id=f"s{n}", call=call, task_id=None, ok=True, reward=1.0, finished=call == 3))
     rec.flush()
 os._exit(0)  # as a killed run: the parts stay, and no one holds them
 """
@@ -198,9 +201,10 @@ def test_garbled_rows_are_a_trace_format_error_in_frames_and_replay(tmp_path: Pa
 
     recorded = tmp_path / "recorded.parquet"
     with ors_lab.Recorder(recorded) as rec:
-        rec.emit("request", session_id="s", method="POST", url="http://127.0.0.1:1/create", exchange=0,
-                 body=b'{"env_name":"lab","split":"test","index":0}')  # fmt: skip
-        rec.emit("response", session_id="s", status=200, exchange=0, headers='["not", "a", "mapping"]')
+        record(rec, RequestEvent(session_id="s", method="POST", url="http://127.0.0.1:1/create", exchange=0,
+                                 body=b'{"env_name":"lab","split":"test","index":0}'))  # fmt: skip
+        record(rec, ResponseEvent(session_id="s", status=200, exchange=0, headers='["not", "a", "mapping"]'))
+        # emit: the episode row of a trace older than the episode columns, written by hand; no typed event makes it
         rec.emit("episode", layer="agent", session_id="s", data='{"success": true}', environment="lab",
                  split="test", task_index=0, ok=True)  # fmt: skip
     table = pq.read_table(recorded).drop_columns(list(EPISODE_COLUMNS))
@@ -221,7 +225,7 @@ def test_an_episode_row_written_by_hand_gets_its_figures_from_its_record(tmp_pat
     path = tmp_path / "run.parquet"
     record = {"success": True, "total_reward": 2.0, "final_reward": 1.0, "finish_reason": "stop",
               "duration_s": 0.5, "started": 1.7e9, "error_type": None}  # fmt: skip
-    with ors_lab.Recorder(path) as rec:
+    with ors_lab.Recorder(path) as rec:  # emit: its episode rows given as a record are what this test pins
         rec.emit("episode", layer="agent", session_id="s", data=json.dumps(record), environment="lab",
                  split="test", task_index=0, reward=1.0, ok=True)  # fmt: skip
         for bad in ("{not json", "[1, 2]", '{"success": "very"}'):

@@ -1,9 +1,9 @@
 """What the test environments share across both reference servers.
 
 `tests/envs/ors_sdk_envs.py` (ors-sdk) and `tests/envs/openreward_envs.py` (openreward) serve the
-same two environments, `Lab` ("lab", the default) and `Echo` ("echo"). Tasks, expected rewards,
-tool texts, tool input models and the tally counter live here, so the two modules differ only in
-the SDK glue. Tests import this module to know what the servers will answer.
+same two environments, `Lab` ("lab", the default) and `Echo` ("echo"), both made from the one code
+of `tests/envs/lab_envs.py`. Tasks, expected rewards, tool texts, tool input models and the tally
+counter live here. Tests import this module to know what the servers will answer.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ three environments have them, each in the way such environments are written:
   `PORT_FULL_REWARD` (0.15) over a well-played episode.
 
 `tests/envs/wild_ors_sdk.py` (ors-sdk) and `tests/envs/wild_openreward.py` (openreward) serve them
-with the same code; the games, the problems, the port and every text live here, so the two
-modules differ only in the SDK glue, and tests import this module to know what the servers answer.
+with the one code of `tests/envs/wild_envs.py`; the games, the problems, the port and every text
+live here, and tests import this module to know what the servers answer.
 The word problems are written for these tests in GSM8K's shape (a question; an answer whose last line
 is `#### <number>`); none is GSM8K's own.
 """
@@ -26,13 +26,9 @@ is `#### <number>`); none is GSM8K's own.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import random
 import re
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -442,17 +438,3 @@ class BlockInput(BaseModel):
     """Input of `stack`."""
 
     block: str = Field(description="The yard block: A, B, C or D.")
-
-
-def load_for(sdk: str, owner: str) -> ModuleType:
-    """`tests/envs/wild_envs.py` loaded as a module of its own on the SDK module `sdk` (for `owner`'s ENVIRONMENTS)."""
-    name = f"{owner}_code"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("wild_envs.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    module.SDK = sdk  # type: ignore[attr-defined]
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module

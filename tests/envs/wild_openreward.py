@@ -1,9 +1,14 @@
 """The wild-shaped test environments on the openreward reference server (`from openreward.environments import ...`).
 
 Serve with `serve("tests.envs.wild_openreward:ENVIRONMENTS", sdk="openreward")`. The code is `tests/envs/wild_envs.py`,
-loaded here on openreward.
+made here on openreward.
 """
 
-from tests.envs.wild_common import load_for
+from __future__ import annotations
 
-ENVIRONMENTS = load_for("openreward.environments", __name__).ENVIRONMENTS
+from openreward import environments as sdk
+
+from tests.envs.wild_envs import environments
+
+Game2048, GSM8K, Port = environments(sdk)
+ENVIRONMENTS: list[type[sdk.Environment]] = [Game2048, GSM8K, Port]

@@ -1,9 +1,14 @@
 """The wild-shaped test environments on the ors-sdk reference server (`from ors import ...`).
 
 Serve with `serve("tests.envs.wild_ors_sdk:ENVIRONMENTS", sdk="ors-sdk")`. The code is `tests/envs/wild_envs.py`,
-loaded here on ors-sdk.
+made here on ors-sdk.
 """
 
-from tests.envs.wild_common import load_for
+from __future__ import annotations
 
-ENVIRONMENTS = load_for("ors", __name__).ENVIRONMENTS
+import ors as sdk
+
+from tests.envs.wild_envs import environments
+
+Game2048, GSM8K, Port = environments(sdk)
+ENVIRONMENTS: list[type[sdk.Environment]] = [Game2048, GSM8K, Port]

@@ -26,6 +26,7 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.demo.launch import ServerProcess
+from ors_lab.events import DisconnectEvent
 from tests.conftest import REPO_ROOT
 
 _SCRIPT = shutil.which("ors-lab", path=str(Path(sys.executable).parent))
@@ -112,7 +113,7 @@ def test_a_corrupted_trace_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "run.parquet"
     with ol.Recorder(path) as rec:
         for i in range(200):
-            rec.emit("note", error=f"row {i} " * 20)
+            rec.record(DisconnectEvent(error=f"row {i} " * 20))
     data, noise = bytearray(path.read_bytes()), random.Random(16)
     middle = len(data) // 2
     data[middle - 64 : middle + 64] = noise.randbytes(128)  # in the column data

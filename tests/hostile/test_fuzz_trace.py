@@ -27,7 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ors_lab as ol
+from ors_lab.events import ChunkEvent, ResultEvent
 from ors_lab.recording.parts import parts_dir
+from tests import traces
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -120,24 +122,24 @@ def worker() -> Iterator[Worker]:
 def _record(rec: ol.Recorder, session: str) -> None:
     """One episode's rows: a /create and a /call with their exchanges, a result, and its episode row."""
     sse = '{"content-type":"text/event-stream"}'
-    create = json.dumps({"env_name": "lab", "split": "test", "index": int(session[1:])}).encode()
-    rec.emit("request", session_id=session, method="POST", url="http://127.0.0.1:1/create", exchange=0, body=create)
-    rec.emit("response", session_id=session, status=200, exchange=0, headers="{}", body=b'{"sid":"x"}')
-    rec.emit("open", session_id=session, environment="lab", split="test", task_index=int(session[1:]))
+    index = int(session[1:])
+    create = json.dumps({"env_name": "lab", "split": "test", "index": index}).encode()
+    traces.exchange(rec, "POST", "http://127.0.0.1:1/create", 200, session_id=session, exchange=0, body=create,
+                    headers="{}", response_body=b'{"sid":"x"}')  # fmt: skip
+    traces.open_(rec, session, "lab", "test", index)
     for call in range(2):
-        exchange = 1 + call
-        rec.emit("request", session_id=session, call=call, attempt=1, method="POST", exchange=exchange,
-                 url="http://127.0.0.1:1/lab/call", body=b'{"name":"step","input":{"value":1}}')  # fmt: skip
-        rec.emit("response", session_id=session, call=call, attempt=1, status=200, exchange=exchange, headers=sse)
-        rec.emit("chunk", session_id=session, call=call, attempt=1, exchange=exchange, size=40)
+        wire = {"session_id": session, "call": call, "attempt": 1, "exchange": 1 + call}
+        traces.exchange(rec, "POST", "http://127.0.0.1:1/lab/call", 200, body=b'{"name":"step","input":{"value":1}}',
+                        headers=sse, **wire)  # fmt: skip
+        traces.record(rec, ChunkEvent(size=40, **wire))
         for name, data in (("task_id", "t"), ("chunk", '{"ok":true,"reward":1.0,"finished":false}'), ("end", "")):
-            rec.emit("event", session_id=session, call=call, attempt=1, exchange=exchange, event=name, data=data)
-        rec.emit("comment", session_id=session, call=call, attempt=1, exchange=exchange, comment=" ping")
-        rec.emit("result", session_id=session, call=call, task_id="t", ok=True, reward=1.0, finished=call == 1)
-    record = {"task_index": int(session[1:]), "rollout": 0, "reward": 2.0, "finished": True, "success": True}
-    rec.emit("episode", layer="agent", session_id=session, rollout=0, environment="lab", split="test",
-             task_index=int(session[1:]), reward=2.0, finished=True, ok=True, data=json.dumps(record))  # fmt: skip
-    rec.emit("close", session_id=session)
+            traces.sse(rec, name, data, **wire)
+        traces.comment(rec, " ping", **wire)
+        traces.record(rec, ResultEvent(session_id=session, call=call, task_id="t", ok=True, reward=1.0,
+                                       finished=call == 1))  # fmt: skip
+    traces.episode(rec, session_id=session, rollout=0, environment="lab", split="test", task_index=index, reward=2.0,
+                   total_reward=2.0, final_reward=1.0, steps=2)  # fmt: skip
+    traces.close(rec, session)
 
 
 @pytest.fixture(scope="module")

@@ -17,15 +17,17 @@ import ors_lab as ol
 from ors_lab.protocol import TraceLockedError
 from ors_lab.recording.lock import holder_of
 from ors_lab.recording.parts import parts_dir
+from tests.traces import comment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 
 HOLDER = """
 import sys, time, ors_lab as ol
+from ors_lab.events import CommentEvent
 rec = ol.Recorder(sys.argv[1], run_id="holder", append=True, flush_interval=0.05)
 for n in range(3):
-    rec.emit("comment", comment=f"holder {n}")
+    rec.record(CommentEvent(comment=f"holder {n}"))
 rec.flush()
 print("holding", flush=True)
 time.sleep(60)
@@ -55,7 +57,7 @@ def test_a_second_recorder_in_another_thread_is_refused(tmp_path: Path) -> None:
     """Two appending recorders on one trace (two threads): the second raises TraceLockedError naming the first."""
     path = tmp_path / "run.parquet"
     with ol.Recorder(path, run_id="first") as rec:
-        rec.emit("comment", comment="first")
+        comment(rec, "first")
         caught: list[BaseException] = []
 
         def second() -> None:
@@ -72,7 +74,7 @@ def test_a_second_recorder_in_another_thread_is_refused(tmp_path: Path) -> None:
         assert isinstance(error, ol.TraceFormatError)
         assert error.holder["pid"] == os.getpid() and error.holder["run_id"] == "first"
         assert f"process {os.getpid()} on {socket.gethostname()} (run first), recording since" in str(error)
-        rec.emit("comment", comment="still first")
+        comment(rec, "still first")
     assert ol.load_trace(path).table["comment"].to_pylist() == ["first", "still first"]
 
 
@@ -80,7 +82,7 @@ def test_overwrite_and_a_new_recorder_do_not_touch_a_trace_being_written(tmp_pat
     """overwrite=True and a plain Recorder on a trace being written are refused too, and remove nothing."""
     path = tmp_path / "run.parquet"
     with ol.Recorder(path, run_id="first", flush_interval=3600) as rec:
-        rec.emit("comment", comment="kept")
+        comment(rec, "kept")
         rec.flush()
         for options in ({"overwrite": True}, {}):
             with pytest.raises(TraceLockedError, match="one writer per trace"):
@@ -104,7 +106,7 @@ def test_a_second_process_is_refused_and_a_killed_holder_is_taken_over(tmp_path:
         _kill(proc)
     assert (parts_dir(path) / ".lock").exists()  # the dead holder's lock file is still there
     with ol.Recorder(path, run_id="second", append=True) as rec:
-        rec.emit("comment", comment="second 0")
+        comment(rec, "second 0")
     table = ol.load_trace(path).table
     assert table["comment"].to_pylist() == ["holder 0", "holder 1", "holder 2", "second 0"]
     assert table["seq"].to_pylist() == [0, 1, 2, 3]
@@ -114,7 +116,7 @@ def test_two_concurrent_appends_lose_nothing(tmp_path: Path) -> None:
     """Two recorders racing to append to one trace: exactly one records, the other is refused; no row is lost."""
     path = tmp_path / "run.parquet"
     with ol.Recorder(path, run_id="base") as rec:
-        rec.emit("comment", comment="base")
+        comment(rec, "base")
     barrier = threading.Barrier(2)
     outcomes: dict[str, BaseException | None] = {}
 
@@ -123,7 +125,7 @@ def test_two_concurrent_appends_lose_nothing(tmp_path: Path) -> None:
         try:
             with ol.Recorder(path, run_id=name, append=True, flush_interval=0.01) as rec:
                 for n in range(200):
-                    rec.emit("comment", comment=f"{name} {n}")
+                    comment(rec, f"{name} {n}")
             outcomes[name] = None
         except TraceLockedError as exc:
             outcomes[name] = exc

@@ -21,12 +21,13 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.analysis import frames
-from ors_lab.events import EventStream
+from ors_lab.events import EventStream, OpenEvent, PingEvent, RequestEvent
 from ors_lab.notebook.view import WIDGET_MIME
 from ors_lab.viewer.trace import MAX_ITEMS, TEXT_CHARS, TraceState, reward_histogram, timeline
 from tests.analysis.synthetic import Episode, events
 from tests.envs.common import CRASH_MESSAGE, LAB_TASKS
 from tests.llm_server import API_KEY, MODEL, LLMServer
+from tests.traces import record
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -199,11 +200,11 @@ def test_a_timeline_is_bounded(tmp_path: Path) -> None:
     (A trace no evaluation ran lists its sessions.)"""
     path = tmp_path / "long.parquet"
     with ol.Recorder(path) as rec:
-        rec.emit("open", session_id="s", environment="lab", split="train", task_index=0)
-        rec.emit("request", session_id="s", method="POST", url="http://127.0.0.1:9/lab/call", call=1, attempt=1,
-                 body=b"x" * (3 * TEXT_CHARS))  # fmt: skip
+        record(rec, OpenEvent(session_id="s", environment="lab", split="train", task_index=0))
+        record(rec, RequestEvent(session_id="s", method="POST", url="http://127.0.0.1:9/lab/call", call=1, attempt=1,
+                                 body=b"x" * (3 * TEXT_CHARS)))  # fmt: skip
         for _ in range(2 * MAX_ITEMS):
-            rec.emit("ping", session_id="s")
+            record(rec, PingEvent(session_id="s"))
     state = ol.load_trace(path).view().state
     assert state.label == "sessions"  # no evaluation ran: the list is of sessions
     reply = state.request({"open": "s"})

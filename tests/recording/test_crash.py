@@ -39,6 +39,7 @@ REPORT_S = 0.05
 
 CHILD = """
 import sys, time
+from ors_lab.events import SSEEvent
 from ors_lab.recording import Recorder
 
 path, mode, rate, report_s = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
@@ -48,7 +49,7 @@ start = next_report = time.monotonic()
 seq = 0
 while mode == "kill" or seq < rate / 2:
     for _ in range(20):
-        rec.emit("event", session_id=f"s{seq // 1000}", call=seq // 100 % 1000, event="chunk", data="x" * 50)
+        rec.record(SSEEvent(session_id=f"s{seq // 1000}", call=seq // 100 % 1000, event="chunk", data="x" * 50))
         seq += 1
     now = time.monotonic()
     if now >= next_report:
@@ -71,6 +72,7 @@ MEMORY_CHILD = """
 import json, sys
 import psutil
 import pyarrow.parquet as pq
+from ors_lab.events import SSEEvent
 from ors_lab.recording import Recorder
 from ors_lab.recording.schema import SCHEMA
 
@@ -80,7 +82,7 @@ pq.read_table(path + ".warm")
 baseline = psutil.Process().memory_info().rss
 rec = Recorder(path, part_rows=part_rows)
 for i in range(events):
-    rec.emit("event", session_id=f"s{i // 1000}", call=i // 100 % 1000, event="chunk", data="x" * 50)
+    rec.record(SSEEvent(session_id=f"s{i // 1000}", call=i // 100 % 1000, event="chunk", data="x" * 50))
 def peak():  # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the (large) parent across exec
     line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
     return int(line.split()[1]) * 1024

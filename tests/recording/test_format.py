@@ -28,6 +28,7 @@ import ors_lab
 from ors_lab.analysis import frames
 from ors_lab.demo.env import guessing_tasks
 from ors_lab.demo.launch import ServerProcess
+from ors_lab.events import PingEvent, RequestEvent
 from ors_lab.recording.parts import parts_dir
 from ors_lab.recording.schema import (
     AGENT_KINDS,
@@ -257,7 +258,7 @@ def test_the_documented_partial_recipes_read_an_unclosed_recording(tmp_path: Pat
     rec = ors_lab.Recorder(path, flush_interval=0.02)
     try:
         for n in range(3):
-            rec.emit("ping", session_id="s")
+            rec.record(PingEvent(session_id="s"))
             wait_for(lambda n=n: len(list(parts_dir(path).glob("part-*.arrow"))) > n)
         parts = parts_dir(path)
         (parts / ".part-000000009.arrow.tmp").write_bytes(b"half a part")  # what a kill mid-write leaves
@@ -279,9 +280,9 @@ def test_a_partial_trace_names_every_server_its_parts_saw(tmp_path: Path) -> Non
     path = tmp_path / "run.parquet"
     rec = ors_lab.Recorder(path, flush_interval=0.02)
     try:
-        rec.emit("request", method="GET", url="http://first.example:1/health")
+        rec.record(RequestEvent(method="GET", url="http://first.example:1/health"))
         wait_for(lambda: len(list(parts_dir(path).glob("part-*.arrow"))) == 1)
-        rec.emit("request", method="GET", url="http://second.example:2/health")
+        rec.record(RequestEvent(method="GET", url="http://second.example:2/health"))
         wait_for(lambda: len(list(parts_dir(path).glob("part-*.arrow"))) == 2)
         assert ors_lab.load_trace(path).metadata["servers"] == ["http://first.example:1", "http://second.example:2"]
     finally:
@@ -463,7 +464,7 @@ def test_an_older_traces_record_longer_than_a_json_block_is_read(tmp_path: Path)
     records = [{"success": n != 1, "total_reward": float(n), "error": "x" * (3_000_000 if n == 1 else 10)}
                for n in range(3)]  # fmt: skip
     with ors_lab.Recorder(path) as rec:
-        for n, record in enumerate(records):
+        for n, record in enumerate(records):  # emit: a version 5 episode row is its record only, as no event is
             rec.emit("episode", layer="agent", session_id=f"s{n}", data=json.dumps(record))
     table = pq.read_table(path)
     old = tmp_path / "old.parquet"

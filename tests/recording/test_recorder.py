@@ -26,6 +26,8 @@ from ors_lab import events as ev
 from ors_lab.client.transport import AiohttpTransport
 from ors_lab.recording.parts import parts_dir
 from tests.envs import common
+from tests.traces import comment, exchange, record
+from tests.traces import sse as sse_event
 
 
 class TeeTransport(httpx2.AsyncBaseTransport):
@@ -217,11 +219,11 @@ async def test_a_recorder_does_not_overwrite_a_trace(tmp_path: Path) -> None:
     """An existing trace is kept unless overwrite=True; a closed recorder takes no more events."""
     path = tmp_path / "t.parquet"
     with ol.Recorder(path) as rec:
-        rec.emit("ping", session_id="s")
+        rec.record(ev.PingEvent(session_id="s"))
     with pytest.raises(FileExistsError, match="overwrite=True"):
         ol.Recorder(path)
     with pytest.raises(RuntimeError, match="closed"):
-        rec.emit("ping", session_id="s")
+        rec.record(ev.PingEvent(session_id="s"))
     with ol.Recorder(path, overwrite=True) as rec:
         pass
     assert len(ol.load_trace(path)) == 0
@@ -244,7 +246,7 @@ def test_sync_client_records_too(ors_sdk_server: Any, tmp_path: Path) -> None:
 def _write(path: Path, rows: int, **options: Any) -> None:
     with ol.Recorder(path, **options) as rec:
         for n in range(rows):
-            rec.emit("comment", comment=f"row {n}")
+            comment(rec, f"row {n}")
 
 
 def _comments(path: Path) -> tuple[list[str], list[int], list[int], set[str]]:
@@ -276,8 +278,9 @@ def test_append_adds_to_the_parts_of_a_killed_run(tmp_path: Path) -> None:
     path = tmp_path / "run.parquet"
     code = (
         "import sys, time, ors_lab as ol\n"
+        "from ors_lab.events import CommentEvent\n"
         "rec = ol.Recorder(sys.argv[1], run_id='crashed', flush_interval=0.05)\n"
-        "for n in range(4): rec.emit('comment', comment=f'row {n}')\n"
+        "for n in range(4): rec.record(CommentEvent(comment=f'row {n}'))\n"
         "rec.flush(); print('flushed', flush=True); time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
@@ -299,7 +302,7 @@ def test_append_after_a_kill_between_compaction_and_removal(tmp_path: Path) -> N
     path = tmp_path / "run.parquet"
     rec = ol.Recorder(path, run_id="first", flush_interval=3600)
     for n in range(3):
-        rec.emit("comment", comment=f"row {n}")
+        comment(rec, f"row {n}")
     rec.flush()
     saved = tmp_path / "saved"
     shutil.copytree(parts_dir(path), saved, ignore=shutil.ignore_patterns(".lock"))
@@ -321,7 +324,7 @@ def test_a_trace_appended_to_reads_while_it_records(tmp_path: Path) -> None:
     path = tmp_path / "run.parquet"
     _write(path, 2, run_id="first")
     with ol.Recorder(path, run_id="second", append=True, flush_interval=3600) as rec:
-        rec.emit("comment", comment="row 2")
+        comment(rec, "row 2")
         rec.flush()
         suffixes = sorted(p.suffix for p in parts_dir(path).glob("part-*"))
         partial = ol.load_trace(path)
@@ -354,7 +357,8 @@ def test_create_secrets_are_redacted_whatever_the_query(tmp_path: Path) -> None:
     path = tmp_path / "run.parquet"
     body = json.dumps({"env_name": "lab", "split": "train", "index": 0, "secrets": {"TOKEN": "s3cr3t-value"}})
     with ol.Recorder(path, compression="none") as rec:
-        rec.emit("request", session_id="s1", method="POST", url="http://127.0.0.1:1/create?trace=1", body=body.encode())
+        rec.record(ev.RequestEvent(session_id="s1", method="POST", url="http://127.0.0.1:1/create?trace=1",
+                                   body=body.encode()))  # fmt: skip
     assert b"s3cr3t-value" not in path.read_bytes()
     recorded = json.loads(ol.load_trace(path).table["body"][0].as_py())
     assert recorded["secrets"] == {"TOKEN": "<redacted>"}
@@ -366,11 +370,11 @@ def test_flush_makes_everything_emitted_so_far_readable(tmp_path: Path) -> None:
     path = tmp_path / "run.parquet"
     with ol.Recorder(path, flush_interval=3600) as rec:
         for n in range(3):
-            rec.emit("comment", comment=f"row {n}")
+            comment(rec, f"row {n}")
         assert not list(parts_dir(path).glob("part-*"))
         rec.flush()
         first = ol.load_trace(path)
-        rec.emit("comment", comment="row 3")
+        comment(rec, "row 3")
         rec.flush(timeout=30)
         second = ol.load_trace(path)
     assert first.partial and list(first.events["comment"]) == ["row 0", "row 1", "row 2"]
@@ -387,7 +391,7 @@ def test_flush_from_several_threads_at_once(tmp_path: Path) -> None:
 
         def emit_and_flush(thread: int) -> int:
             for n in range(50):
-                rec.emit("comment", comment=f"{thread}-{n}")
+                comment(rec, f"{thread}-{n}")
             rec.flush(timeout=30)
             return len(ol.load_trace(path).events)
 
@@ -407,7 +411,7 @@ def test_flush_times_out_and_reports_a_failed_writer(tmp_path: Path, monkeypatch
 
     monkeypatch.setattr(ol.Recorder, "_write_part", stuck)
     rec = ol.Recorder(tmp_path / "run.parquet", flush_interval=3600)
-    rec.emit("comment", comment="row 0")
+    comment(rec, "row 0")
     started = time.monotonic()
     with pytest.raises(TimeoutError, match=r"not written after 0\.2 s"):
         rec.flush(timeout=0.2)
@@ -434,6 +438,7 @@ def test_headers_are_recorded_as_the_client_held_them(tmp_path: Path) -> None:
     single = [(b"Server", b"uvicorn"), (b"X-Session-ID", b"s1")]
     with ol.Recorder(path) as rec:
         for headers in (raw, single, single, raw):
+            # emit: record() of these headers stores null (a repeated name on its httpx2 path), so emit stays
             rec.emit("response", session_id="s1", status=200, headers=httpx2.Headers(headers))
     recorded = [json.loads(text) for text in ol.load_trace(path).table["headers"].to_pylist()]
     expected_raw = {
@@ -451,7 +456,7 @@ def test_headers_of_another_type_fail_clearly(tmp_path: Path) -> None:
     """Headers given as bytes are not a form the recorder knows: emit refuses the row, saying which
     forms are, and records the rows before and after it."""
     path = tmp_path / "run.parquet"
-    with ol.Recorder(path) as rec:
+    with ol.Recorder(path) as rec:  # emit: its refusal of a row is what this test pins
         rec.emit("comment", comment="before")
         with pytest.raises(TypeError, match=r"httpx2\.Headers, a mapping, \(name, value\) pairs or JSON text"):
             rec.emit("response", status=200, headers=b"content-type: text/plain")
@@ -468,10 +473,10 @@ def test_threads_emitting_at_once_keep_order_and_context(tmp_path: Path) -> None
     per_thread = 3_089
 
     def emit_session(rec: ol.Recorder, n: int) -> None:
-        rec.emit("open", session_id=f"s{n}", environment=f"env{n}", split="test", task_index=n)
+        rec.record(ev.OpenEvent(session_id=f"s{n}", environment=f"env{n}", split="test", task_index=n))
         for i in range(per_thread):
-            rec.emit("event", session_id=f"s{n}", call=1, event="chunk", data=f"{n}:{i}")
-        rec.emit("close", session_id=f"s{n}")
+            rec.record(ev.SSEEvent(session_id=f"s{n}", call=1, event="chunk", data=f"{n}:{i}"))
+        rec.record(ev.CloseEvent(session_id=f"s{n}"))
 
     with ol.Recorder(path, part_rows=1_024) as rec, ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda n: emit_session(rec, n), range(4)))
@@ -493,7 +498,7 @@ def test_a_session_id_used_again_after_its_close_keeps_its_context(tmp_path: Pat
     call = b'{"name":"tool","input":{"a":1}}'
     with ol.Recorder(path) as rec:
         for n in range(2):
-            if path_of == "emit":
+            if path_of == "emit":  # emit: this test pins that its rows keep the context as record's do
                 rec.emit("request", session_id="s", url="http://127.0.0.1:1/create", body=create)
                 rec.emit("request", session_id="s", call=0, url="http://127.0.0.1:1/e/call", body=call)
                 rec.flush()  # the first close is written with the second session's requests
@@ -535,10 +540,10 @@ def test_watchers_get_every_written_table_and_a_raising_one_is_dropped(
         rec.watch(bad)
         stop = rec.watch(stopped.append)
         for i in range(120):
-            rec.emit("event", session_id="s", event="chunk", data=str(i))
+            rec.record(ev.SSEEvent(session_id="s", event="chunk", data=str(i)))
         rec.flush()
         stop()
-        rec.emit("event", session_id="s", event="chunk", data="last")
+        rec.record(ev.SSEEvent(session_id="s", event="chunk", data="last"))
     assert pa.concat_tables(seen).equals(ol.load_trace(path).table.select(seen[0].schema.names))
     assert [row for t in stopped for row in t["data"].to_pylist()] == [str(i) for i in range(120)]
     assert len(raised) == 1 and "a reader of" in caplog.text and "reader broke" in caplog.text
@@ -548,7 +553,7 @@ def test_a_value_its_column_cannot_hold_is_refused_by_its_own_emit(tmp_path: Pat
     """A value of the wrong type fails the emit that gives it, naming the column; the row leaves
     nothing behind (no seq taken, no context kept), and the rows before and after it are recorded."""
     path = tmp_path / "run.parquet"
-    with ol.Recorder(path) as rec:
+    with ol.Recorder(path) as rec:  # emit: wrong-typed values only a hand-written row can give
         rec.emit("comment", comment="before")
         with pytest.raises(TypeError, match=r"trace column 'status' \(int32\) cannot hold 'not a number'"):
             rec.emit("response", session_id="s1", status="not a number", headers={"x-a": "1"})
@@ -571,7 +576,7 @@ def test_a_refused_row_leaves_no_value_in_any_column(tmp_path: Path) -> None:
     """A row refused at its last column had stored its other values first: none of them is left for
     the next row, whose columns are null where it gives nothing (bools and texts alike)."""
     path = tmp_path / "run.parquet"
-    with ol.Recorder(path) as rec:
+    with ol.Recorder(path) as rec:  # emit: a row refused at one of its columns, which only emit can give
         with pytest.raises(TypeError, match=r"trace column 'backoff'"):
             rec.emit("result", ok=True, finished=True, reward=1.0, data="kept?", status=200, backoff="soon")
         rec.emit("result", session_id="s1")
@@ -587,7 +592,7 @@ def test_fields_land_in_their_columns_whatever_the_call(tmp_path: Path) -> None:
     """The same fields in other orders, by name or as **fields, each in their own column."""
     path = tmp_path / "run.parquet"
     fields = {"status": 201, "size": 7, "event": "e", "data": "d"}
-    with ol.Recorder(path) as rec:
+    with ol.Recorder(path) as rec:  # emit: how its keyword columns are taken is what this test pins
         for _ in range(3):
             rec.emit("event", status=201, size=7, event="e", data="d")
             rec.emit("event", data="d", event="e", size=7, status=201)
@@ -607,7 +612,7 @@ def test_header_items_past_the_cache_are_recorded_right(tmp_path: Path) -> None:
     with ol.Recorder(path) as rec:
         for i in range(n):
             headers = httpx2.Headers([(b"Server", b"uvicorn"), (b"Date", f"day {i}".encode()), (b"X-Api-Key", b"k3y")])
-            rec.emit("response", status=200, headers=headers)
+            rec.record(ev.ResponseEvent(status=200, headers=headers))
             assert len(rec._rows._header_items) <= 4_096
     recorded = [json.loads(text) for text in ol.load_trace(path).table["headers"].to_pylist()]
     assert recorded == [{"server": "uvicorn", "date": f"day {i}", "x-api-key": "<redacted>"} for i in range(n)]
@@ -618,7 +623,7 @@ def test_values_arrow_converts_are_stored_as_arrow_converts_them(tmp_path: Path)
     """Values of other types than the column's own are stored as Arrow converts them: an int reward
     as a float, a dict task and a list input as JSON text, bytearray and str bodies as bytes."""
     path = tmp_path / "run.parquet"
-    with ol.Recorder(path) as rec:
+    with ol.Recorder(path) as rec:  # emit: values of another type than the column's, which no event holds
         rec.emit("result", reward=1, ok=True, finished=False, input=[1, "a"], task={"b": 2})
         rec.emit("request", body=bytearray(b"raw"), size=True is True and 3)
         rec.emit("request", body="text \u00e9")
@@ -652,7 +657,7 @@ def test_every_path_of_emit_under_threads_gives_valid_arrow(tmp_path: Path) -> N
     refused = ({"status": "no"}, {"call": 2**40}, {"bogus": 1}, {"headers": b"raw"}, {"seq": 1}, {"ok": 3})
     per_thread = 200
 
-    def work(n: int) -> None:
+    def work(n: int) -> None:  # emit: every path of emit itself, refused rows among them
         for i in range(per_thread):
             sid = f"s{n}-{i % 7}"
             create = b'{"env_name":"e","split":"t","index":3,"secrets":{"k":"create-secret"}}'
@@ -678,7 +683,7 @@ def test_every_path_of_emit_under_threads_gives_valid_arrow(tmp_path: Path) -> N
 
     with ThreadPoolExecutor(3) as pool:
         list(pool.map(work, range(3)))
-    rec.emit("response", body=b"y" * (5 << 20))
+    rec.emit("response", body=b"y" * (5 << 20))  # emit: a response row with no status, as only emit writes one
     rec.close()
     table = ol.load_trace(path).table
     table.validate(full=True)
@@ -709,7 +714,7 @@ def test_settings_that_would_stall_the_recorder_are_refused(tmp_path: Path) -> N
             rec.part_rows = -5
         rec.part_rows = 3
         for i in range(7):
-            rec.emit("comment", comment=f"row {i}")
+            comment(rec, f"row {i}")
         assert rec.part_rows == 3
     assert len(ol.load_trace(path)) == 7
 
@@ -734,10 +739,11 @@ def test_common_secret_names_are_redacted_after_decoding(tmp_path: Path) -> None
     call = json.dumps({"name": "login", "input": {"user": "u", "PassWord": "leak-13", "x_tenant": "leak-14",
                                                    **ORDINARY_BODY}}).encode()  # fmt: skip
     with ol.Recorder(path, compression="none", redact_names=["x-tenant"], redact_patterns=[r"leak-10"]) as rec:
-        rec.emit("request", session_id="s", method="GET", url=f"http://127.0.0.1:1/lab/tasks?{query}", headers=headers)
-        rec.emit("request", session_id="s", method="POST", url="http://127.0.0.1:1/create", body=create)
-        rec.emit("request", session_id="s", call=0, method="POST", url="http://127.0.0.1:1/lab/call", body=call)
-        rec.emit("result", session_id="s", call=0, ok=True)
+        record(rec, ev.RequestEvent(session_id="s", method="GET", url=f"http://127.0.0.1:1/lab/tasks?{query}",
+                                    headers=headers),
+               ev.RequestEvent(session_id="s", method="POST", url="http://127.0.0.1:1/create", body=create),
+               ev.RequestEvent(session_id="s", call=0, method="POST", url="http://127.0.0.1:1/lab/call", body=call),
+               ev.ResultEvent(session_id="s", call=0, task_id=None, ok=True, reward=None, finished=False))  # fmt: skip
         rec.flush()
         written = [p.read_bytes() for p in parts_dir(path).glob("part-*")]
     written.append(path.read_bytes())
@@ -800,13 +806,12 @@ def test_redacted_bodies_still_replay(tmp_path: Path) -> None:
     call = b'{"name":"login","input":{"user":"u","password":"leak-17"}}'
     sse = '{"content-type":"text/event-stream"}'
     with ol.Recorder(path) as rec:
-        rec.emit("request", session_id="s", method="POST", url="http://127.0.0.1:1/create", exchange=0, body=create)
-        rec.emit("response", session_id="s", status=200, exchange=0, headers="{}", body=b'{"ok":true}')
-        rec.emit("request", session_id="s", call=0, method="POST", url="http://127.0.0.1:1/lab/call", exchange=1,
-                 body=call)  # fmt: skip
-        rec.emit("response", session_id="s", call=0, status=200, exchange=1, headers=sse)
+        exchange(rec, "POST", "http://127.0.0.1:1/create", 200, session_id="s", exchange=0, body=create,
+                 headers="{}", response_body=b'{"ok":true}')  # fmt: skip
+        exchange(rec, "POST", "http://127.0.0.1:1/lab/call", 200, session_id="s", call=0, exchange=1, body=call,
+                 headers=sse)  # fmt: skip
         for name, data in (("task_id", "t-1"), ("chunk", '{"ok":true}'), ("end", "")):
-            rec.emit("event", session_id="s", call=0, exchange=1, event=name, data=data)
+            sse_event(rec, name, data, session_id="s", call=0, exchange=1)
     engine = ReplayEngine(path, speed=0)
     assert engine.handle("POST", "/create", {"x-session-id": "live"}, create).status == 200
     answer = engine.handle("POST", "/lab/call", {"x-session-id": "live"}, call)

@@ -16,7 +16,9 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.demo.launch import ServerProcess
+from ors_lab.events import ChunkEvent, DisconnectEvent
 from ors_lab.replay.check import RULES, Violation, call_streams, check_trace, format_violations
+from tests import traces
 from tests.envs import common
 from tests.scripted_demo import guess_by_bisection, solve_arithmetic
 
@@ -40,7 +42,7 @@ Item = tuple[str, str] | str
 
 
 class Wire:
-    """Writes rows in the shapes the client emits, one HTTP exchange at a time (`exchange` 1, 2, ...)."""
+    """Writes rows in the shapes the client records, one HTTP exchange at a time (`exchange` 1, 2, ...)."""
 
     def __init__(self, rec: ol.Recorder) -> None:
         self.rec = rec
@@ -49,12 +51,12 @@ class Wire:
     def open(self, sid: str = SID) -> None:
         """POST /create answered 200, then the `open` row."""
         self.http("POST", "/create", 200, {"content-type": "application/json"}, sid=sid)
-        self.rec.emit("open", session_id=sid, environment="lab", split="test", task_index=0)
+        traces.open_(self.rec, sid, "lab", "test", 0)
 
     def close(self, sid: str = SID) -> None:
         """POST /delete answered 200, then the `close` row."""
         self.http("POST", "/delete", 200, {"content-type": "application/json"}, sid=sid)
-        self.rec.emit("close", session_id=sid)
+        traces.close(self.rec, sid)
 
     def http(
         self,
@@ -73,8 +75,8 @@ class Wire:
         context = {"session_id": sid, "call": call, "attempt": attempt, "exchange": self.exchange}
         request_headers = {"x-session-id": sid or "", "content-type": "application/json"}
         content = json.dumps(body or {}).encode()
-        self.rec.emit("request", method=method, url=URL + path, headers=request_headers, body=content, **context)
-        self.rec.emit("response", status=status, headers=headers, ttfb_ns=1_000_000, **context)
+        traces.exchange(self.rec, method, URL + path, status, request_headers=request_headers, body=content,
+                        headers=headers, ttfb_ns=1_000_000, **context)  # fmt: skip
         return context
 
     def call(
@@ -92,14 +94,13 @@ class Wire:
         context = self.http("POST", "/call", status, headers, body=body, call=call, attempt=attempt)
         for item in items:
             if isinstance(item, str):
-                self.rec.emit("chunk", size=len(item) + 4, **context)
-                self.rec.emit("comment", comment=item.removeprefix(":"), **context)
+                traces.record(self.rec, ChunkEvent(size=len(item) + 4, **context))
+                traces.comment(self.rec, item.removeprefix(":"), **context)
             else:
                 event, data = item
-                self.rec.emit("chunk", size=len(event) + len(data) + 17, **context)
-                self.rec.emit("event", event=event, data=data, sse_id=None, retry_ms=None, **context)
+                traces.sse(self.rec, event, data, size=len(event) + len(data) + 17, **context)
         if disconnect is not None:
-            self.rec.emit("disconnect", error=disconnect, **context)
+            traces.record(self.rec, DisconnectEvent(error=disconnect, **context))
 
 
 def record(path: Path, script: Callable[[Wire], None], *, seconds: list[float] | None = None) -> ol.Trace:
@@ -462,7 +463,7 @@ def test_only_call_streams_are_checked(tmp_path: Path) -> None:
         wire.call(1, [], status=404, headers={"content-type": "application/json"})
         wire.call(1, [("end", "not json")], attempt=2, headers={"content-type": "application/json"})
         context = wire.http("POST", "/create_session", 200, SSE)
-        wire.rec.emit("event", event="end", data="", **context)
+        traces.sse(wire.rec, "end", "", **context)
         wire.call(2, [("task_id", TASK_ID), ("end", OK)], headers={"Content-Type": "text/event-stream"})
         wire.close()
 

@@ -23,6 +23,7 @@ import pytest
 import ors_lab as ol
 from ors_lab.replay.engine import ReplayEngine, body_value, difference, short
 from ors_lab.replay.recorded import COLUMNS, Exchange, Item, Recording, _Rows, matches, recorded_episodes
+from tests import traces
 from tests.replay.test_replay import script
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
@@ -253,8 +254,8 @@ def test_of_several_bad_headers_the_first_recorded_is_named(tmp_path: Path, in_m
     path = tmp_path / "run.parquet"
     with ol.Recorder(path) as rec:
         for number, headers in enumerate(['{"a": "b"}', '["a list"]', "{not json", '["a list"]']):
-            rec.emit("request", session_id="s", method="POST", url="http://127.0.0.1:1/ping", exchange=number)
-            rec.emit("response", session_id="s", status=200, exchange=number, headers=headers)
+            traces.exchange(rec, "POST", "http://127.0.0.1:1/ping", 200, session_id="s", exchange=number,
+                            headers=headers)  # fmt: skip
     trace = ol.load_trace(path)
     rows = trace.select(["seq", "kind", "headers"], kinds=["response"]).to_pylist()
     first = next(row["seq"] for row in rows if row["headers"] == '["a list"]')
