@@ -415,7 +415,9 @@ class Rows:
         if headers is None or isinstance(headers, str):
             return headers
         if type(headers) is tuple and headers and headers[0] is HTTPX2_ITEMS:  # as _plain_headers keeps them
-            return self._header_list_json(headers[1:]) or self._headers_json([(i[0], i[-1]) for i in headers[1:]])
+            return self._header_list_json(headers[1:]) or self._headers_json(
+                _decoded([(i[0], i[-1]) for i in headers[1:]])
+            )
         if type(headers) is httpx2.Headers:
             items = getattr(headers, "_list", None)  # (raw name, lower-case name, value): httpx2's own list
             if type(items) is list:
