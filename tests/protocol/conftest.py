@@ -1,13 +1,12 @@
-"""Test material for the protocol core: the reference servers' SSE captures in ``shared/ors-captures``.
+"""Test material for the protocol core: the reference servers' SSE captures in ``tests/protocol/captures``.
 
-The captures live in the shared folder next to the repository (``../shared`` from the repo root, in CI
-too). Each file is ``#`` comment lines, the curl command, then ``curl -i`` output with CRLF kept.
+The captures (ors-sdk 0.1.0 and openreward 0.1.167, taken on 127.0.0.1; their README says how) are kept in
+the repository, byte for byte (``.gitattributes``: no line-end conversion). Each file is ``#`` comment lines,
+the curl command, then ``curl -i`` output with CRLF kept.
 
 - ``sse_capture`` (a test argument) runs the test once per SSE response in the captures;
 - ``call_capture`` runs it once per SSE response of ``/call`` (every one but ``/create_session``);
 - the ``capture`` fixture loads one by server and name: ``capture("ors-sdk", "50_call_submit_correct")``.
-
-All three skip, saying why, when the shared folder is missing.
 """
 
 from __future__ import annotations
@@ -20,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "ors-captures"
+CAPTURES = Path(__file__).resolve().parent / "captures"
 SERVERS = ("ors-sdk", "openreward")
-MISSING = f"the shared ORS captures are not at {CAPTURES} (they come from ../shared next to the repo)"
 
 _CURL_URL = re.compile(rb"^\$ curl .*?(https?://\S+)", re.MULTILINE)
 
@@ -82,9 +80,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for argument, keep in (("sse_capture", lambda _: True), ("call_capture", _is_call)):
         if argument not in metafunc.fixturenames:
             continue
-        if not CAPTURES.is_dir():
-            metafunc.parametrize(argument, [pytest.param(None, marks=pytest.mark.skip(reason=MISSING))])
-            continue
         selected = [capture for capture in sse_captures() if keep(capture)]
         assert selected, f"no SSE captures found under {CAPTURES}"
         metafunc.parametrize(argument, selected, ids=str)
@@ -92,9 +87,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def capture() -> Callable[[str, str], Capture]:
-    """A loader of one SSE capture by server and file stem; skips when the shared folder is missing."""
-    if not CAPTURES.is_dir():
-        pytest.skip(MISSING)
+    """A loader of one SSE capture by server and file stem."""
 
     def load(server: str, name: str) -> Capture:
         loaded = _load(CAPTURES / server / f"{name}.txt", server)
