@@ -39,8 +39,7 @@ import nbformat  # noqa: E402
 from bench.evaluate import CONCURRENCY, ENV_NAME, _rollouts, record_source, start_replay  # noqa: E402
 from bench.quiz_data import SPLIT  # noqa: E402
 from bench.trace_view import demo_copies  # noqa: E402
-from tests.notebook.lab import JupyterLab  # noqa: E402
-from tests.notebook.runall import MARKER  # noqa: E402
+from tests.notebook.lab import MARKER, JupyterLab  # noqa: E402
 
 CLICK_TARGET_S = 0.5
 OPEN_TARGET_S = 2.0

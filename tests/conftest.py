@@ -182,7 +182,7 @@ SLOW_FILES = (
 # `make check`, the inner loop, runs the tests that need no browser and no kernel: a test is marked
 # `browser` or `kernel` here when its code, or a function of its module that it calls, starts one.
 BROWSER = re.compile(r"\bsync_playwright\b|\bJupyterLab\(")
-KERNEL = re.compile(r"\bKernel\(|\bstart_new_kernel\b|\bKernelManager\(|\bNotebookClient\(|\brun_queued\b")
+KERNEL = re.compile(r"\bKernel\(|\bstart_new_kernel\b|\bKernelManager\(|\bNotebookClient\(")
 FIXTURES = {"browser": {"jupyter_lab", "notebook7"}, "kernel": {"kernel", "jupyter_lab", "notebook7"}}
 """The fixtures that start one (pytest's fixtures are no plain functions: their code is not read here)."""
 
