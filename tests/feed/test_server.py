@@ -174,13 +174,14 @@ def test_past_the_buffer_a_reader_gets_a_reset_with_the_run_so_far(guessing: Any
 
 def test_a_stalled_reader_does_not_slow_the_run(guessing: Any) -> None:
     """A reader that connects and never reads: the run's episodes/s are >= 0.8x those of a run nobody reads (the
-    median over 10 pairs of rounds, run in turns, of their ratio: a feed that waited for its reader would hold the
+    median over 6 pairs of rounds, run in turns, of their ratio: a feed that waited for its reader would hold the
     run up by far more; the 0.95 target is ``bench/feed.py``'s, whose rounds this test's noise would not settle), and
     once it reads again it gets a `reset`: it was dropped, not waited for.
 
-    The demo agent thinks aloud with 1 ms between words: each episode streams about 100 deltas, and its pace is
-    set by the run's own event loop, so a feed that held up the loop or the GIL would show, while the load of other
-    processes on this machine moves the two rounds of a pair alike (``bench/feed.py`` measures CPU too)."""
+    The demo agent thinks aloud with 1 ms between words: each episode streams about 100 deltas (the 10 episodes
+    at once), and its pace is set by the run's own event loop, so a feed that held up the loop or the GIL would
+    show, while the load of other processes on this machine moves the two rounds of a pair alike
+    (``bench/feed.py`` measures CPU too)."""
     rates: dict[str, list[float]] = {"alone": [], "stalled": []}
     agent = DemoAgent(pace=0.001)
     with ol.Feed(0) as alone, ol.Feed(0, buffer=500) as stalled, socket.socket() as reader:
@@ -189,14 +190,14 @@ def test_a_stalled_reader_does_not_slow_the_run(guessing: Any) -> None:
         reader.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         wait_for_readers(stalled, 1)
         fill(stalled, reader)
-        ol.evaluate(guessing, agent, split="test", progress=False)  # warm up
-        for round_ in range(10):
+        ol.evaluate(guessing, agent, split="test", concurrency=10, progress=False)  # warm up
+        for round_ in range(6):
             order = [("alone", alone), ("stalled", stalled)]
             for name, feed in order if round_ % 2 else reversed(order):
                 gc.collect()
                 gc.disable()  # a collection in one round and not the other is not the feed's doing
                 try:
-                    result = ol.evaluate(guessing, agent, split="test", feed=feed, progress=False)
+                    result = ol.evaluate(guessing, agent, split="test", concurrency=10, feed=feed, progress=False)
                 finally:
                     gc.enable()
                 assert len(result.episodes) == 10 and result.elapsed_s is not None
