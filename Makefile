@@ -51,13 +51,19 @@ lint: $(STAMP)
 	PYTHONPATH=. $(BIN)/lint-imports --no-cache
 
 # Jupyter, IPython and Chromium state stays out of $HOME; the kernel runs from this venv. The
-# notebooks run under strict nbval: their stored outputs are compared, once sanitized.
-test: $(STAMP) $(CHROMIUM) lint
+# notebooks run under strict nbval: their stored outputs are compared, once sanitized. `make lint`
+# runs beside the parallel pass (its output follows it, in build/lint.log); either failing fails the run.
+test: $(STAMP) $(CHROMIUM)
+	@mkdir -p build
 	export NBTMP=$$(mktemp -d) && trap 'rm -rf "$$NBTMP"' EXIT && \
 	export IPYTHONDIR=$$NBTMP/ipython JUPYTER_CONFIG_DIR=$$NBTMP/cfg JUPYTER_DATA_DIR=$$NBTMP/data \
 	       JUPYTER_RUNTIME_DIR=$$NBTMP/rt XDG_CONFIG_HOME=$$NBTMP/xdg-config XDG_CACHE_HOME=$$NBTMP/xdg-cache \
 	       OPENREWARD_DISABLE_UPDATE_CHECK=1 ORS_LAB_SCREENSHOTS=$(ORS_LAB_SCREENSHOTS) && \
-	$(BIN)/python -m pytest $(PYTEST_OPTIONS) -n 3 --dist loadfile -m "not serial" --durations=10 --junitxml=build/junit-parallel.xml tests notebooks && \
+	{ $(MAKE) --no-print-directory lint > build/lint.log 2>&1 & lint=$$!; } && \
+	{ $(BIN)/python -m pytest $(PYTEST_OPTIONS) -n 3 -m "not serial" --durations=10 --junitxml=build/junit-parallel.xml \
+	      tests notebooks; parallel=$$?; } ; \
+	wait $$lint; linted=$$?; echo "make lint (beside the tests):"; cat build/lint.log; \
+	test $$parallel = 0 && test $$linted = 0 && \
 	$(BIN)/python -m pytest $(PYTEST_OPTIONS) -m serial --durations=5 --junitxml=build/junit-serial.xml tests notebooks
 
 # The inner loop, about 2 minutes: lint, types, and the tests that start no browser, kernel or Ray cluster
@@ -66,8 +72,8 @@ test: $(STAMP) $(CHROMIUM) lint
 check: $(STAMP) lint
 	OPENREWARD_DISABLE_UPDATE_CHECK=1 $(BIN)/python -m pytest -p no:cacheprovider -n 3 -q --quick --durations=5 tests
 
-# Two passes: three xdist workers (a file each; the longest first, tests/conftest.py), then the
-# `serial` tests alone (a Ray cluster, wall-clock timing).
+# Two passes: three xdist workers (a file each, or all the Ray tests; the longest first, tests/conftest.py), then
+# the `serial` tests alone (wall-clock timing).
 PYTEST_OPTIONS := -p no:cacheprovider --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg \
     --nbval-cell-timeout=300
 

@@ -12,7 +12,7 @@ Servers are session-scoped and started lazily, once per test session, on 127.0.0
 - `counting_server`: `lab` on ors-sdk, writing the sessions it holds to a file (`tests/envs/counting_envs.py`).
 - `cutting_proxy`: a factory, `cutting_proxy(upstream_url, **options) -> CuttingProxy`.
 - `sigint_raises`: SIGINT raises KeyboardInterrupt in the test process, as in a terminal.
-- `ray_cluster`: one loopback-only local Ray cluster for the session (`ors_lab.evaluation.ray.start_local`);
+- `ray_cluster`: one loopback-only local Ray cluster for the module (`ors_lab.evaluation.ray.start_local`);
   its tests skip where Ray is not installed.
 """
 
@@ -126,9 +126,10 @@ def counting_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
         yield server, live
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
-    """A local Ray cluster of 2 CPUs, loopback only, started once for the session (Ray takes seconds to start)."""
+    """A local Ray cluster of 2 CPUs, loopback only, started once for the module (Ray takes seconds to start), and
+    stopped after it: no other cluster runs meanwhile (the RAY tests run on one worker, this module's last)."""
     if importlib.util.find_spec("ray") is None:  # not importorskip: Ray must not be imported before start_local
         pytest.skip("Ray is not installed (pip install 'ors-lab[ray]')")
     from ors_lab.evaluation.ray import start_local
@@ -159,24 +160,34 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# The suite runs in two passes (Makefile: `make test`): the tests marked `serial` alone, the rest on three
-# pytest-xdist workers, a file to a worker. Serial: a Ray cluster (one per machine: two at once time out
-# starting), and timing measured against the wall clock to tens of milliseconds.
-SERIAL = ("tests/test_docs.py::test_example[docs/scale-out.md",)
-"""Node id prefixes marked `serial` here (sybil's examples carry no marks of their own)."""
-
-SLOW_FILES = (
-    "tests/notebook/test_notebooks.py",
-    "tests/test_pytest_plugin.py",
-    "tests/test_cli.py",
-    "tests/hostile/test_cli_errors.py",
-    "tests/recording/test_proxy.py",
-    "tests/test_docs.py",
-    "tests/feed/test_server.py",
-    "tests/hostile/test_through_proxy.py",
-    "tests/replay/test_replay.py",
+# The suite runs in two passes (Makefile: `make test`): the tests marked `serial` alone (wall-clock timing to
+# tens of milliseconds), then the rest on three pytest-xdist workers. A worker takes a unit at a time: a file, or
+# the RAY group (every test that starts a Ray cluster: one at a time on this machine, two at once time out
+# starting), the longest units first (as tests/durations.json has them), so that no long one is left for the end.
+RAY = (
+    "tests/test_cli.py::test_eval_on_ray_workers",
+    "tests/test_docs.py::test_example[docs/scale-out.md",
+    "tests/evaluation/test_ray.py",
 )
-"""The longest files, collected first so that the workers start them first (no long file left for the end)."""
+"""Node id prefixes of the tests that start a Ray cluster, in the order they run (the module-scoped cluster of
+``test_ray.py`` last, so that none overlaps another)."""
+
+
+def unit(nodeid: str) -> str:
+    """The unit of work a test goes to a worker in: ``ray`` for the RAY tests, else its file."""
+    return "ray" if nodeid.startswith(RAY) else nodeid.split("::", 1)[0]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist hands out whole units (`unit`), in the order collected (`pytest_collection_modifyitems`)."""
+    from xdist.scheduler import LoadScopeScheduling  # only in xdist's controller
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit(nodeid)
+
+    config.option.loadscopereorder = False  # xdist would put the units with the most tests first instead
+    return Units(config, log)
 
 
 # `make check`, the inner loop, runs the tests that need no browser and no kernel: a test is marked
@@ -216,27 +227,32 @@ def _needs(item: pytest.Item, what: str, pattern: re.Pattern[str], seen: dict[st
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks the SERIAL examples and the tests that start a browser or a kernel (notebooks run in one); with
-    `--quick`, leaves out those and the long ones; puts the SLOW_FILES first (the same order on every worker)."""
+    """Marks the tests that start a browser or a kernel (notebooks run in one); with `--quick`, leaves out those
+    and the long ones; orders the tests by unit, the longest units first (the same order on every worker)."""
     seen: dict[str, set[str]] = {}
     for item in items:
-        if item.nodeid.startswith(SERIAL):
-            item.add_marker(pytest.mark.serial)
         if _needs(item, "browser", BROWSER, seen):
             item.add_marker(pytest.mark.browser)
         if _needs(item, "kernel", KERNEL, seen) or item.nodeid.startswith("notebooks/"):
             item.add_marker(pytest.mark.kernel)
+    durations = tests.durations.load()
     if config.getoption("quick"):
-        durations = tests.durations.load()
         kept, left = [], []
         for item in items:
             long = durations.get(item.nodeid, 0.0) > QUICK_S or item.get_closest_marker("slow") is not None
             heavy = any(item.get_closest_marker(name) is not None for name in ("browser", "kernel", "serial"))
-            (left if long or heavy else kept).append(item)
+            (left if long or heavy or unit(item.nodeid) == "ray" else kept).append(item)
         config.hook.pytest_deselected(items=left)
         items[:] = kept
-    rank = {name: n for n, name in enumerate(SLOW_FILES)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+    length: dict[str, float] = {}
+    for item in items:
+        length[unit(item.nodeid)] = length.get(unit(item.nodeid), 0.0) + durations.get(item.nodeid, 0.1)
+
+    def order(item: pytest.Item) -> tuple[float, str, int]:
+        ray = next((n for n, prefix in enumerate(RAY) if item.nodeid.startswith(prefix)), 0)
+        return -length[unit(item.nodeid)], unit(item.nodeid), ray
+
+    items.sort(key=order)
 
 
 @pytest.fixture

@@ -90,7 +90,6 @@ def test_eval_without_split_runs_the_only_one_and_names_them_when_there_are_seve
     assert not nested.parent.exists()
 
 
-@pytest.mark.serial  # a Ray cluster
 def test_eval_on_ray_workers(ors_sdk_server: ServerProcess, tmp_path: Path) -> None:
     """`ors-lab eval --ray --workers 2` starts a private loopback cluster, runs the episodes on its two workers
     (the trace names them), prints the same summary as a local run, and stops the cluster; --workers alone is

@@ -46,12 +46,12 @@ from tests.evaluation.policies import (
 )
 from tests.notebook.test_run_view import figures
 
-pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.serial]
+pytestmark = pytest.mark.usefixtures("ray_cluster")  # one xdist worker runs every Ray test (tests/conftest.py: RAY)
 
 
 @pytest.fixture(scope="module")
 def two(ray_cluster: Any) -> Iterator[RayBackend]:
-    """Two workers on the session's 2-CPU cluster, kept for every test of the module that uses them."""
+    """Two workers on the module's 2-CPU cluster, kept for every test of the module that uses them."""
     with RayBackend(workers=2, cpus=0.5) as backend:
         yield backend
 
