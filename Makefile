@@ -44,11 +44,11 @@ demo: $(BASE)
 	$(BIN)/ors-lab demo
 
 # lint-imports checks the layers drawn in docs/architecture.md (contracts in pyproject.toml, one in tests/contracts.py).
+LINT = $(BIN)/ruff check ors_lab tests bench && $(BIN)/ruff format --check ors_lab && $(BIN)/mypy && \
+    PYTHONPATH=. $(BIN)/lint-imports --no-cache
+
 lint: $(STAMP)
-	$(BIN)/ruff check ors_lab tests bench
-	$(BIN)/ruff format --check ors_lab
-	$(BIN)/mypy
-	PYTHONPATH=. $(BIN)/lint-imports --no-cache
+	$(LINT)
 
 # Jupyter, IPython and Chromium state stays out of $HOME; the kernel runs from this venv. The
 # notebooks run under strict nbval: their stored outputs are compared, once sanitized. `make lint`
@@ -59,12 +59,12 @@ test: $(STAMP) $(CHROMIUM)
 	export IPYTHONDIR=$$NBTMP/ipython JUPYTER_CONFIG_DIR=$$NBTMP/cfg JUPYTER_DATA_DIR=$$NBTMP/data \
 	       JUPYTER_RUNTIME_DIR=$$NBTMP/rt XDG_CONFIG_HOME=$$NBTMP/xdg-config XDG_CACHE_HOME=$$NBTMP/xdg-cache \
 	       OPENREWARD_DISABLE_UPDATE_CHECK=1 ORS_LAB_SCREENSHOTS=$(ORS_LAB_SCREENSHOTS) && \
-	{ $(MAKE) --no-print-directory lint > build/lint.log 2>&1 & lint=$$!; } && \
-	{ $(BIN)/python -m pytest $(PYTEST_OPTIONS) -n 3 -m "not serial" --durations=10 --junitxml=build/junit-parallel.xml \
+	{ ( $(LINT) ) > build/lint.log 2>&1 & lint=$$!; } && \
+	{ $(BIN)/python -m pytest $(PYTEST_OPTIONS) -n $(WORKERS) -m "not serial" --durations=10 --junitxml=build/junit-parallel.xml \
 	      tests notebooks; parallel=$$?; } ; \
 	wait $$lint; linted=$$?; echo "make lint (beside the tests):"; cat build/lint.log; \
 	test $$parallel = 0 && test $$linted = 0 && \
-	$(BIN)/python -m pytest $(PYTEST_OPTIONS) -m serial --durations=5 --junitxml=build/junit-serial.xml tests notebooks
+	$(BIN)/python -m pytest -p no:cacheprovider -m serial --durations=5 --junitxml=build/junit-serial.xml $(SERIAL_FILES)
 
 # The inner loop, about 2 minutes: lint, types, and the tests that start no browser, kernel or Ray cluster
 # and took at most a second when last timed (`--quick`, tests/conftest.py), on three workers. The timings:
@@ -72,8 +72,10 @@ test: $(STAMP) $(CHROMIUM)
 check: $(STAMP) lint
 	OPENREWARD_DISABLE_UPDATE_CHECK=1 $(BIN)/python -m pytest -p no:cacheprovider -n 3 -q --quick --durations=5 tests
 
-# Two passes: three xdist workers (a file each, or all the Ray tests; the longest first, tests/conftest.py), then
-# the `serial` tests alone (wall-clock timing).
+# Two passes: $(WORKERS) xdist workers (a file each, or all the Ray tests; the longest first, tests/conftest.py), then
+# the `serial` tests alone (wall-clock timing), collected from the files that mark some.
+WORKERS ?= 4
+SERIAL_FILES = $(shell grep -rl --include='test_*.py' 'mark\.serial' tests)
 PYTEST_OPTIONS := -p no:cacheprovider --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg \
     --nbval-cell-timeout=300
 

@@ -401,7 +401,7 @@ async def test_call_deadline_before_sending_is_not_outcome_unknown(hostile_serve
 
 async def test_call_deadline_covers_resumes(hostile_server: HostileServer) -> None:
     """Resumes count against the same call_timeout: a call cut after task_id again and again ends at the deadline."""
-    cut = Events((task_id_frame(TASK_ID), ping_frame()), after="close", delay=0.2)
+    cut = Events((task_id_frame(TASK_ID), ping_frame()), after="close", delay=0.05)  # ~10 resumes in the second
     hostile_server.on("call", cut).on("resume", cut)
     policy_ = RetryPolicy(backoff=0.05, max_backoff=0.05, resume_attempts=1000)
     started = time.monotonic()
