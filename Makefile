@@ -72,7 +72,7 @@ test: $(STAMP) $(CHROMIUM)
 check: $(STAMP) lint
 	OPENREWARD_DISABLE_UPDATE_CHECK=1 $(BIN)/python -m pytest -p no:cacheprovider -n 3 -q --quick --durations=5 tests
 
-# Two passes: $(WORKERS) xdist workers (a file each, or all the Ray tests; the longest first, tests/conftest.py), then
+# Two passes: WORKERS xdist workers (a file each, or all the Ray tests; the longest first, tests/conftest.py), then
 # the `serial` tests alone (wall-clock timing), collected from the files that mark some.
 WORKERS ?= 4
 SERIAL_FILES = $(shell grep -rl --include='test_*.py' 'mark\.serial' tests)
