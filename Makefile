@@ -64,7 +64,7 @@ test: $(STAMP) $(CHROMIUM)
 	      tests notebooks; parallel=$$?; } ; \
 	wait $$lint; linted=$$?; echo "make lint (beside the tests):"; cat build/lint.log; \
 	test $$parallel = 0 && test $$linted = 0 && \
-	$(BIN)/python -m pytest -p no:cacheprovider -m serial --durations=5 --junitxml=build/junit-serial.xml $(SERIAL_FILES)
+	$(BIN)/python -m pytest -p no:cacheprovider -m serial --durations=5 --junitxml=build/junit-serial.xml tests
 
 # The inner loop, about 2 minutes: lint, types, and the tests that start no browser, kernel or Ray cluster
 # and took at most a second when last timed (`--quick`, tests/conftest.py), on three workers. The timings:
@@ -72,10 +72,9 @@ test: $(STAMP) $(CHROMIUM)
 check: $(STAMP) lint
 	OPENREWARD_DISABLE_UPDATE_CHECK=1 $(BIN)/python -m pytest -p no:cacheprovider -n 3 -q --quick --durations=5 tests
 
-# Two passes: WORKERS xdist workers (a file each, or all the Ray tests; the longest first, tests/conftest.py), then
-# the `serial` tests alone (wall-clock timing), collected from the files that mark some.
+# Two passes: WORKERS xdist workers (a file each, the longest first: tests/conftest.py), then the `serial` tests
+# alone (the Ray clusters, wall-clock timing).
 WORKERS ?= 4
-SERIAL_FILES = $(shell grep -rl --include='test_*.py' 'mark\.serial' tests)
 PYTEST_OPTIONS := -p no:cacheprovider --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg \
     --nbval-cell-timeout=300
 

@@ -160,10 +160,11 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# The suite runs in two passes (Makefile: `make test`): the tests marked `serial` alone (wall-clock timing to
-# tens of milliseconds), then the rest on three pytest-xdist workers. A worker takes a unit at a time: a file, or
-# the RAY group (every test that starts a Ray cluster: one at a time on this machine, two at once time out
-# starting), the longest units first (as tests/durations.json has them), so that no long one is left for the end.
+# The suite runs in two passes (Makefile: `make test`): the tests marked `serial` alone, then the rest on
+# pytest-xdist workers. Serial: wall-clock timing to tens of milliseconds, and the RAY tests (every test that
+# starts a Ray cluster: under the parallel pass's load a cluster misses Ray's own 30 s start deadline, and two
+# at once time out starting). A worker takes a unit at a time, a file, the longest units first (as
+# tests/durations.json has them), so that no long one is left for the end.
 RAY = (
     "tests/test_cli.py::test_eval_on_ray_workers",
     "tests/test_docs.py::test_example[docs/scale-out.md",
@@ -174,7 +175,7 @@ RAY = (
 
 
 def unit(nodeid: str) -> str:
-    """The unit of work a test goes to a worker in: ``ray`` for the RAY tests, else its file."""
+    """The unit a test is run in: ``ray`` for the RAY tests (in order, one after the other), else its file."""
     return "ray" if nodeid.startswith(RAY) else nodeid.split("::", 1)[0]
 
 
@@ -227,10 +228,13 @@ def _needs(item: pytest.Item, what: str, pattern: re.Pattern[str], seen: dict[st
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks the tests that start a browser or a kernel (notebooks run in one); with `--quick`, leaves out those
-    and the long ones; orders the tests by unit, the longest units first (the same order on every worker)."""
+    """Marks the RAY tests serial and the tests that start a browser or a kernel (notebooks run in one); with
+    `--quick`, leaves out those and the long ones; orders the tests by unit, the longest units first (the same
+    order on every worker)."""
     seen: dict[str, set[str]] = {}
     for item in items:
+        if unit(item.nodeid) == "ray":
+            item.add_marker(pytest.mark.serial)
         if _needs(item, "browser", BROWSER, seen):
             item.add_marker(pytest.mark.browser)
         if _needs(item, "kernel", KERNEL, seen) or item.nodeid.startswith("notebooks/"):
@@ -241,7 +245,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             long = durations.get(item.nodeid, 0.0) > QUICK_S or item.get_closest_marker("slow") is not None
             heavy = any(item.get_closest_marker(name) is not None for name in ("browser", "kernel", "serial"))
-            (left if long or heavy or unit(item.nodeid) == "ray" else kept).append(item)
+            (left if long or heavy else kept).append(item)
         config.hook.pytest_deselected(items=left)
         items[:] = kept
     length: dict[str, float] = {}

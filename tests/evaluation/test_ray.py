@@ -46,7 +46,7 @@ from tests.evaluation.policies import (
 )
 from tests.notebook.test_run_view import figures
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")  # one xdist worker runs every Ray test (tests/conftest.py: RAY)
+pytestmark = pytest.mark.usefixtures("ray_cluster")  # serial, with every test that starts Ray (tests/conftest.py: RAY)
 
 
 @pytest.fixture(scope="module")
