@@ -120,8 +120,7 @@ class _ExitGuard:
             return
         if not loop.is_running():
             task.cancel()
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(asyncio.wait({task}, timeout=EXIT_TIMEOUT + 1))
+            _run_until_done(loop, task, EXIT_TIMEOUT + 1)
             return
         try:
             here = asyncio.get_running_loop() is loop
@@ -139,3 +138,35 @@ class _ExitGuard:
         with contextlib.suppress(RuntimeError):  # closed meanwhile
             loop.call_soon_threadsafe(cancel)
             ended.wait(EXIT_TIMEOUT + 1)
+
+
+def _run_until_done(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None], bound: float) -> None:
+    """Run ``loop``, which no longer runs, until ``task`` is done (``bound`` seconds at most).
+
+    A run that a stop ends early is run again: a loop that has stopped can still hold a stop its owner
+    scheduled, which ends whatever runs it next. ipykernel's shutdown stops the kernel's loop twice, the
+    second time from a timer 0.1 s later (``exit_now``); an exit slower than that to reach the finalizers
+    (under load) had that stop end the run under the deletes, and nest_asyncio2's ``run_until_complete``
+    then leaves the loop stopping, so ``run_forever`` (which clears it) is what runs here. Our own stops
+    (the task done, the bound reached) act only while this runs, so none is left for the loop's next run.
+    """
+    ours = True
+
+    def stop(_: object = None) -> None:
+        if ours:
+            loop.stop()
+
+    deadline = loop.time() + bound
+    task.add_done_callback(stop)
+    try:
+        while not task.done() and (left := deadline - loop.time()) > 0:
+            timer = loop.call_later(left, stop)
+            try:
+                loop.run_forever()
+            finally:
+                timer.cancel()
+    except Exception:  # closed meanwhile, or another loop runs in this thread
+        pass
+    finally:
+        ours = False
+        task.remove_done_callback(stop)
