@@ -129,7 +129,7 @@ def counting_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
     """A local Ray cluster of 2 CPUs, loopback only, started once for the module (Ray takes seconds to start), and
-    stopped after it: no other cluster runs meanwhile (the RAY tests run on one worker, this module's last)."""
+    stopped after it, so that no other test's cluster runs meanwhile (the serial pass runs them one by one)."""
     if importlib.util.find_spec("ray") is None:  # not importorskip: Ray must not be imported before start_local
         pytest.skip("Ray is not installed (pip install 'ors-lab[ray]')")
     from ors_lab.evaluation.ray import start_local
@@ -163,32 +163,22 @@ def pytest_configure(config: pytest.Config) -> None:
 # The suite runs in two passes (Makefile: `make test`): the tests marked `serial` alone, then the rest on
 # pytest-xdist workers. Serial: wall-clock timing to tens of milliseconds, and the RAY tests (every test that
 # starts a Ray cluster: under the parallel pass's load a cluster misses Ray's own 30 s start deadline, and two
-# at once time out starting). A worker takes a unit at a time, a file, the longest units first (as
-# tests/durations.json has them), so that no long one is left for the end.
+# at once time out starting). A worker takes a file at a time, the longest files first (as tests/durations.json
+# has them), so that no long one is left for the end.
 RAY = (
     "tests/test_cli.py::test_eval_on_ray_workers",
     "tests/test_docs.py::test_example[docs/scale-out.md",
     "tests/evaluation/test_ray.py",
 )
-"""Node id prefixes of the tests that start a Ray cluster, in the order they run (the module-scoped cluster of
-``test_ray.py`` last, so that none overlaps another)."""
-
-
-def unit(nodeid: str) -> str:
-    """The unit a test is run in: ``ray`` for the RAY tests (in order, one after the other), else its file."""
-    return "ray" if nodeid.startswith(RAY) else nodeid.split("::", 1)[0]
+"""Node id prefixes of the tests that start a Ray cluster."""
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """xdist hands out whole units (`unit`), in the order collected (`pytest_collection_modifyitems`)."""
-    from xdist.scheduler import LoadScopeScheduling  # only in xdist's controller
+    """xdist hands out whole files in the order collected (`pytest_collection_modifyitems`)."""
+    from xdist.scheduler import LoadFileScheduling  # only in xdist's controller
 
-    class Units(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return unit(nodeid)
-
-    config.option.loadscopereorder = False  # xdist would put the units with the most tests first instead
-    return Units(config, log)
+    config.option.loadscopereorder = False  # xdist would put the files with the most tests first instead
+    return LoadFileScheduling(config, log)
 
 
 # `make check`, the inner loop, runs the tests that need no browser and no kernel: a test is marked
@@ -229,11 +219,11 @@ def _needs(item: pytest.Item, what: str, pattern: re.Pattern[str], seen: dict[st
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks the RAY tests serial and the tests that start a browser or a kernel (notebooks run in one); with
-    `--quick`, leaves out those and the long ones; orders the tests by unit, the longest units first (the same
+    `--quick`, leaves out those and the long ones; orders the tests by file, the longest files first (the same
     order on every worker)."""
     seen: dict[str, set[str]] = {}
     for item in items:
-        if unit(item.nodeid) == "ray":
+        if item.nodeid.startswith(RAY):
             item.add_marker(pytest.mark.serial)
         if _needs(item, "browser", BROWSER, seen):
             item.add_marker(pytest.mark.browser)
@@ -250,13 +240,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
     length: dict[str, float] = {}
     for item in items:
-        length[unit(item.nodeid)] = length.get(unit(item.nodeid), 0.0) + durations.get(item.nodeid, 0.1)
-
-    def order(item: pytest.Item) -> tuple[float, str, int]:
-        ray = next((n for n, prefix in enumerate(RAY) if item.nodeid.startswith(prefix)), 0)
-        return -length[unit(item.nodeid)], unit(item.nodeid), ray
-
-    items.sort(key=order)
+        file = item.nodeid.split("::", 1)[0]
+        length[file] = length.get(file, 0.0) + durations.get(item.nodeid, 0.1)
+    items.sort(key=lambda item: -length[item.nodeid.split("::", 1)[0]])  # stable: a file's tests keep their order
 
 
 @pytest.fixture
