@@ -12,6 +12,11 @@ ORS_LAB_SCREENSHOTS ?= $(CURDIR)/build/screenshots
 
 .PHONY: demo test check lint bench clean
 
+# Python writes its bytecode here even where the environment says not to: the tests start hundreds of
+# Python processes (servers, kernels, the CLI, child pytest runs), and each would compile ors_lab and
+# rewrite the tests' asserts again (a third of a second of CPU each).
+unexport PYTHONDONTWRITEBYTECODE
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
