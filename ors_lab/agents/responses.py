@@ -228,7 +228,9 @@ class ResponsesAnswer:
 
     def _event(self, event: dict[str, Any], name: str | None, pieces: list[Piece]) -> None:
         kind = event.get("type")
-        kind = kind if isinstance(kind, str) else name
+        if not isinstance(kind, str):  # a gateway's error object has no type
+            _raise_error_object(event)
+            kind = name
         self.last_type = kind
         if kind in _TEXT:
             delta = event.get("delta")
@@ -268,8 +270,6 @@ class ResponsesAnswer:
             message = error.get("message") or json.dumps(error)[:_SHOWN]
             code = error.get("code") if error.get("code") is not None else error.get("type")
             raise ProviderReportedError(f"the provider sent an error in the answer: {message}", code=code)
-        elif kind is None:
-            _raise_error_object(event)  # a gateway's error object with no type
 
     def _response(self, response: Any) -> None:
         if isinstance(response, dict):

@@ -77,10 +77,10 @@ def read_response(data: bytes) -> ResponseReading:
             response = event["response"]
             usage = response.get("usage")
             if usage:
-                reading.usage = {"input_tokens": usage.get("input_tokens"),
-                                 "output_tokens": usage.get("output_tokens"),
-                                 "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
-                                 "cached_tokens": (usage.get("input_tokens_details") or {}).get("cached_tokens")}  # fmt: skip
+                outputs, inputs = usage.get("output_tokens_details") or {}, usage.get("input_tokens_details") or {}
+                reading.usage = {"input_tokens": usage.get("input_tokens"), "output_tokens": usage.get("output_tokens"),
+                                 "reasoning_tokens": outputs.get("reasoning_tokens"),
+                                 "cached_tokens": inputs.get("cached_tokens")}  # fmt: skip
             if kind == "response.incomplete":
                 reading.incomplete_reason = (response.get("incomplete_details") or {}).get("reason")
         elif kind == "response.failed":
