@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pandas as pd
 import pytest
 
 import ors_lab as ol
@@ -20,8 +21,10 @@ from ors_lab.agents.chat import CallPiece, Piece, TextPiece
 from ors_lab.agents.responses import ResponsesAnswer
 from ors_lab.events import AgentEvent
 from ors_lab.protocol.errors import IncompleteStreamError, MalformedChunkError, ProviderReportedError
+from tests.envs.common import EXPECTED, LAB_TASKS
 from tests.wild.responses_reading import read_response
-from tests.wild.responses_server import STREAMS, ResponsesServer
+from tests.wild.responses_server import STREAMS, ResponsesServer, follows_tools
+from tests.wild.stream_server import written
 
 MODEL = "responses-model"
 FIXTURES = sorted(STREAMS.glob("*.sse"))
@@ -212,3 +215,108 @@ def test_the_agent_is_public() -> None:
     assert "OpenAIResponsesAgent" in ol.__all__ and "OpenAIResponsesAgent" in ors_lab.agents.__all__
     assert repr(ol.OpenAIResponsesAgent("m", base_url="http://127.0.0.1:1/v1")) == (
         "OpenAIResponsesAgent('m', base_url='http://127.0.0.1:1/v1')")  # fmt: skip
+
+
+# -- a whole evaluation with rewards, live and replayed ------------------------------------------------------
+
+TRAIN = LAB_TASKS["train"]
+WRONG = "Spell 'cat' backwards."
+ANSWERS = {task["question"]: task["answer"] for task in TRAIN} | {WRONG: "cat"}
+REASONING = ["**Reading the task**\n\n", "The question is short; ", "I answer with submit."]
+USAGE = {"input_tokens": 40, "input_tokens_details": {"cached_tokens": 8}, "output_tokens": 20,
+         "output_tokens_details": {"reasoning_tokens": 12}, "total_tokens": 60}  # fmt: skip
+
+
+def scripted(number: int, answer: str) -> bytes:
+    """A Responses stream in the shape of the real ones here: a reasoning summary, then a `submit` call."""
+    out: list[str] = []
+    sequence = iter(range(10_000))
+
+    def event(kind: str, **fields: Any) -> None:
+        data = json.dumps({"type": kind, **fields, "sequence_number": next(sequence)}, separators=(",", ":"))
+        out.append(f"event: {kind}\ndata: {data}\n\n")
+
+    response = {"id": f"resp_{number}", "object": "response", "status": "in_progress", "model": MODEL, "output": []}
+    reasoning = {"id": f"rs_{number}", "type": "reasoning", "summary": []}
+    arguments = json.dumps({"answer": answer})
+    call = {"id": f"fc_{number}", "type": "function_call", "status": "in_progress", "arguments": "",
+            "call_id": f"call_{number}", "name": "submit"}  # fmt: skip
+    event("response.created", response=response)
+    event("response.output_item.added", output_index=0, item=reasoning)
+    for piece in REASONING:
+        event("response.reasoning_summary_text.delta", item_id=reasoning["id"], output_index=0, summary_index=0,
+              delta=piece)  # fmt: skip
+    done = [{**reasoning, "summary": [{"type": "summary_text", "text": "".join(REASONING)}]},
+            {**call, "status": "completed", "arguments": arguments}]  # fmt: skip
+    event("response.output_item.done", output_index=0, item=done[0])
+    event("response.output_item.added", output_index=1, item=call)
+    for piece in (arguments[:3], arguments[3:11], arguments[11:]):
+        event("response.function_call_arguments.delta", item_id=call["id"], output_index=1, delta=piece)
+    event("response.function_call_arguments.done", item_id=call["id"], output_index=1, arguments=arguments)
+    event("response.output_item.done", output_index=1, item=done[1])
+    event("response.completed", response={**response, "status": "completed", "output": done, "usage": USAGE})
+    return "".join(out).encode()
+
+
+class ScriptedModel(ResponsesServer):
+    """Answers each lab question with `submit` (wrongly for WRONG), then, after the tool's output, with text."""
+
+    def __init__(self) -> None:
+        super().__init__(b"")
+
+    def reply(self, request: Any) -> tuple[int, str, dict[str, str], list[bytes]]:
+        prompt = request["input"][0]["content"]
+        if follows_tools(request):
+            return super().reply(request)
+        question = next(q for q in ANSWERS if prompt.startswith(q))
+        return 200, "text/event-stream", {}, written(scripted(len(self.requests), ANSWERS[question]), "split7")
+
+
+def outcomes(result: ol.EvalResult) -> list[tuple[Any, ...]]:
+    """Each episode's task, reward, finish and error, and its steps' tools and inputs."""
+    steps = result.steps
+    rows = []
+    for row in result.episodes.to_dict("records"):
+        mine = steps[steps["session_id"] == row["session_id"]]
+        error = None if pd.isna(row["error"]) else row["error"]
+        tools = list(zip(mine["tool"], mine["input"], strict=True))
+        rows.append((row["task_index"], row["reward"], row["finished"], row["finish_reason"], error, tools))
+    return rows
+
+
+def test_an_evaluation_with_rewards_replays_offline(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """A live run gives each task the environment's reward for the model's answer (its call known by call_id);
+    the trace replayed offline gives the same episodes, rewards and agent events, with nothing left unplayed."""
+    path = tmp_path / "responses.parquet"
+    live: list[AgentEvent] = []
+    with ScriptedModel() as llm:
+        agent = ol.OpenAIResponsesAgent(MODEL, base_url=llm.url + "/v1", api_key="sk-test")
+        with ol.Client(ors_sdk_server.url) as client:
+            result = ol.evaluate(client.environment("lab"), agent, split="train", progress=False, record=path,
+                                 subscribe=live.append)  # fmt: skip
+    rewards = {row["task_index"]: row["reward"] for row in result.episodes.to_dict("records")}
+    assert rewards == {i: EXPECTED[("train", i, ANSWERS[t["question"]])] for i, t in enumerate(TRAIN)}
+    assert sorted(rewards.values()) == [0.0, 1.0, 1.0] and result.errors.empty
+    assert len(llm.requests) == len(TRAIN)  # submit finishes each episode: one response each
+    calls = [e.to_wire() for e in live if e.type == "tool-input-available"]
+    assert sorted(c["toolCallId"] for c in calls) == [f"call_{n}" for n in range(1, len(TRAIN) + 1)]  # not fc_
+    per_call = [e.to_wire() for e in live if e.type == "usage" and e.scope == "call"]
+    assert per_call[0] == {"type": "usage", "inputTokens": 40, "outputTokens": 20, "reasoningTokens": 12,
+                           "cachedInputTokens": 8, "scope": "call", "model": MODEL}  # fmt: skip
+
+    again: list[AgentEvent] = []
+    transport = ol.AgentReplayTransport(path)
+    with ol.ReplayServer(path, speed=0) as server, ol.Client(server.url) as client:
+        replayed = ol.evaluate(client.environment("lab"), ol.OpenAIResponsesAgent(MODEL, transport=transport),
+                               split="train", progress=False, subscribe=again.append)  # fmt: skip
+        assert server.unplayed() == []
+    assert transport.unplayed() == [] and outcomes(replayed) == outcomes(result)
+    assert sorted(map(json.dumps, per_episode(again))) == sorted(map(json.dumps, per_episode(live)))
+    assert any(e["type"] == "reasoning-delta" for said in per_episode(again) for e in said)
+
+
+def per_episode(events: list[AgentEvent]) -> list[list[dict[str, Any]]]:
+    """What the agent said and did in each episode (every event but `start` and `episode`, whose ids differ)."""
+    sessions = dict.fromkeys(e.session_id for e in events if e.session_id)
+    return [[e.to_wire() for e in events if e.session_id == s and e.type not in ("start", "episode")]
+            for s in sessions]  # fmt: skip

@@ -7,7 +7,8 @@
 holds no ``function_call_output`` (the first of an episode) gets the fixture, written in one of
 ``MANNERS``, with ``status`` (200, or an error status, then with ``headers`` such as ``retry-after``);
 a request with one (the agent's next turn, after tool results) gets ``AFTER_TOOLS``, a real text
-answer (``openai-gpt-4o-text.sse``). ``requests`` keeps every request's JSON body, ``headers`` its headers.
+answer (``openai-gpt-4o-text.sse``); a subclass answers otherwise by its own ``reply``. ``requests``
+keeps every request's JSON body, ``headers`` its headers.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ class ResponsesServer(StreamServer):
         self.extra_headers = dict(headers or {})
         self.headers: list[dict[str, str]] = []
 
+    def reply(self, request: Any) -> tuple[int, str, dict[str, str], list[bytes]]:
+        """The status, content type, extra headers and writes that answer ``request`` (see the module docstring)."""
+        if follows_tools(request):
+            return 200, "text/event-stream", {}, [AFTER_TOOLS]
+        return self.status, self.content_type, self.extra_headers, written(self.fixture, self.manner)
+
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             sock = writer.get_extra_info("socket")
@@ -65,12 +72,7 @@ class ResponsesServer(StreamServer):
                 request = None
             self.requests.append(request)
             self.headers.append(headers)
-            status, extra = 200, {}
-            if follows_tools(request):
-                content_type, writes = "text/event-stream", [AFTER_TOOLS]
-            else:
-                content_type, writes = self.content_type, written(self.fixture, self.manner)
-                status, extra = self.status, self.extra_headers
+            status, content_type, extra, writes = self.reply(request)
             lines = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
             writer.write(f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: {content_type}\r\n"
                          f"Cache-Control: no-cache\r\n{lines}Connection: close\r\n\r\n".encode())  # fmt: skip
