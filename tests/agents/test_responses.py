@@ -320,3 +320,12 @@ def per_episode(events: list[AgentEvent]) -> list[list[dict[str, Any]]]:
     sessions = dict.fromkeys(e.session_id for e in events if e.session_id)
     return [[e.to_wire() for e in events if e.session_id == s and e.type not in ("start", "episode")]
             for s in sessions]  # fmt: skip
+
+
+def test_a_last_event_without_its_blank_line_is_not_read() -> None:
+    """A stream whose response.completed lacks its closing blank line (as some SDK fixtures end) never completes:
+    the SSE specification drops an event the bytes end in, so the answer is incomplete and its calls never run."""
+    unended = PARALLEL.removesuffix(b"\n")
+    answer, pieces, error = decode(unended)
+    assert isinstance(error, IncompleteStreamError) and read_response(unended).error == "incomplete"
+    assert said(pieces)["calls"] == read_response(PARALLEL).tool_calls and not answer.complete
