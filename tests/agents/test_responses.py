@@ -329,3 +329,30 @@ def test_a_last_event_without_its_blank_line_is_not_read() -> None:
     answer, pieces, error = decode(unended)
     assert isinstance(error, IncompleteStreamError) and read_response(unended).error == "incomplete"
     assert said(pieces)["calls"] == read_response(PARALLEL).tool_calls and not answer.complete
+
+
+def test_a_connection_cut_mid_answer_runs_no_tool_live_or_replayed(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """A connection dropped inside a function call's arguments fails the episode with a ProviderStreamError saying
+    how far the answer got and the call left open; no tool runs, and the replay fails the same way."""
+    cut_at = PARALLEL.index(b'"delta":"ell"')  # inside the first call's arguments
+    path = tmp_path / "cut.parquet"
+    live: list[AgentEvent] = []
+    with ResponsesServer(PARALLEL, cut_at=cut_at) as llm:
+        agent = ol.OpenAIResponsesAgent(MODEL, base_url=llm.url + "/v1", api_key="sk-test", max_retries=0)
+        result = evaluate(ors_sdk_server.url, agent, record=path, subscribe=live.append)
+    [episode] = result.episodes.to_dict("records")
+    assert (episode["error_type"], episode["finish_reason"], episode["steps"]) == ("ProviderStreamError", "error", 0)
+    message = episode["error"]
+    assert "the connection was cut while the answer streamed" in message and "sequence_number 6" in message
+    assert "tool call call_sKC7OABqf2A2PTLCm0CLeRWV (secret_retrieval_tool) was open" in message
+    deltas = [e.to_wire()["inputTextDelta"] for e in live if e.type == "tool-input-delta"]
+    assert deltas == ["{", '"password', '":', '"m']  # the deltas before the cut
+    assert not [e for e in live if e.type == "tool-input-available"]
+    assert any(r["kind"] == "disconnect" and r["layer"] == "agent" for r in ol.load_trace(path).table.to_pylist())
+
+    again: list[AgentEvent] = []
+    with ol.ReplayServer(path, speed=0) as server:
+        agent = ol.OpenAIResponsesAgent(MODEL, transport=ol.AgentReplayTransport(path), max_retries=0)
+        replayed = evaluate(server.url, agent, subscribe=again.append)
+    assert replayed.episodes["error_type"].tolist() == ["ProviderStreamError"]
+    assert per_episode(again) == per_episode(live)

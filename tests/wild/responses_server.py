@@ -7,8 +7,9 @@
 holds no ``function_call_output`` (the first of an episode) gets the fixture, written in one of
 ``MANNERS``, with ``status`` (200, or an error status, then with ``headers`` such as ``retry-after``);
 a request with one (the agent's next turn, after tool results) gets ``AFTER_TOOLS``, a real text
-answer (``openai-gpt-4o-text.sse``); a subclass answers otherwise by its own ``reply``. ``requests``
-keeps every request's JSON body, ``headers`` its headers.
+answer (``openai-gpt-4o-text.sse``); a subclass answers otherwise by its own ``reply``. With
+``cut_at=N`` the first answer is a chunked body of its first N bytes whose end never comes: the
+connection drops mid-answer. ``requests`` keeps every request's JSON body, ``headers`` its headers.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ class ResponsesServer(StreamServer):
     """Serves one fixture's bytes to each episode's first Responses request; see the module docstring."""
 
     def __init__(self, fixture: bytes, *, manner: str = "whole", content_type: str = "text/event-stream",
-                 status: int = 200, headers: dict[str, str] | None = None) -> None:  # fmt: skip
+                 status: int = 200, headers: dict[str, str] | None = None,
+                 cut_at: int | None = None) -> None:  # fmt: skip
         super().__init__(fixture, manner=manner, content_type=content_type)
+        self.cut_at = cut_at
         self.status = status
         self.extra_headers = dict(headers or {})
         self.headers: list[dict[str, str]] = []
@@ -73,6 +76,10 @@ class ResponsesServer(StreamServer):
             self.requests.append(request)
             self.headers.append(headers)
             status, content_type, extra, writes = self.reply(request)
+            cut = self.cut_at is not None and not follows_tools(request)
+            if cut:  # a chunked body whose last chunk never comes: the connection drops mid-answer
+                body = b"".join(writes)[: self.cut_at]
+                extra, writes = {**extra, "Transfer-Encoding": "chunked"}, [b"%x\r\n%s\r\n" % (len(body), body)]
             lines = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
             writer.write(f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: {content_type}\r\n"
                          f"Cache-Control: no-cache\r\n{lines}Connection: close\r\n\r\n".encode())  # fmt: skip
