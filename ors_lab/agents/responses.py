@@ -316,14 +316,16 @@ class ResponsesAnswer:
             self._arguments(call, item.get("arguments"), pieces)
 
     def _call_of(self, event: dict[str, Any]) -> ToolCall | None:
-        """The call an arguments event belongs to: at its output_index, else by its item_id, else the latest."""
+        """The call an arguments event belongs to: at its output_index, else by its item_id; the latest only for
+        an event that names neither (one that names an unknown item belongs to no call yet: its ``.done`` opens it)."""
         index = event.get("output_index")
         if isinstance(index, int) and index in self._by_index:
             return self._by_index[index]
         item_id = event.get("item_id")
         if isinstance(item_id, str) and item_id in self._by_item:
             return self._by_item[item_id]
-        return self.calls[-1] if self.calls else None
+        named = isinstance(index, int) or isinstance(item_id, str)
+        return self.calls[-1] if self.calls and not named else None
 
     def _arguments(self, call: ToolCall, arguments: Any, pieces: list[Piece]) -> None:
         if not isinstance(arguments, str):  # some servers send the arguments as an object

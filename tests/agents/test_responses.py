@@ -356,3 +356,14 @@ def test_a_connection_cut_mid_answer_runs_no_tool_live_or_replayed(ors_sdk_serve
         replayed = evaluate(server.url, agent, subscribe=again.append)
     assert replayed.episodes["error_type"].tolist() == ["ProviderStreamError"]
     assert per_episode(again) == per_episode(live)
+
+
+def test_arguments_of_an_item_never_added_go_to_no_other_call() -> None:
+    """When a gateway skips the second call's output_item.added, its argument deltas do not join the first call;
+    its output_item.done opens it with its whole arguments."""
+    second_added = re.search(
+        rb"event: response.output_item.added\n[^\n]*call_OdR3s3xop0vtgkDyWRMLafuH[^\n]*\n\n", PARALLEL
+    )
+    assert second_added is not None
+    _, pieces, error = decode(PARALLEL.replace(second_added[0], b""))
+    assert error is None and said(pieces)["calls"] == read_response(PARALLEL).tool_calls
