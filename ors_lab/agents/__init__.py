@@ -1,4 +1,5 @@
-"""Agents: the ``Agent`` interface, the ``Episode`` it is handed, policies, and the OpenAI-compatible agent."""
+"""Agents: the ``Agent`` interface, the ``Episode`` it is handed, policies, and the LLM agents (chat completions,
+the Responses API)."""
 
 from ors_lab.agents.episode import (
     CURRENT_EPISODE,
@@ -12,6 +13,7 @@ from ors_lab.agents.episode import (
 )
 from ors_lab.agents.http import recording_http_client
 from ors_lab.agents.openai import OpenAIAgent
+from ors_lab.agents.openai_responses import OpenAIResponsesAgent
 from ors_lab.agents.policy import Observation, Policy, PolicyAgent, ToolCall, as_agent
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "Episode",
     "Observation",
     "OpenAIAgent",
+    "OpenAIResponsesAgent",
     "Policy",
     "PolicyAgent",
     "Step",

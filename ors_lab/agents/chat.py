@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ors_lab.protocol.errors import (
     IncompleteStreamError,
@@ -47,7 +47,16 @@ from ors_lab.protocol.errors import (
 )
 from ors_lab.protocol.sse import ServerSentEvent, SSEDecoder
 
-__all__ = ["FINISH_REASONS", "CallPiece", "ChatAnswer", "TextPiece", "ToolCall", "finish_reason", "tool_input"]
+__all__ = [
+    "FINISH_REASONS",
+    "Answer",
+    "CallPiece",
+    "ChatAnswer",
+    "TextPiece",
+    "ToolCall",
+    "finish_reason",
+    "tool_input",
+]
 
 FINISH_REASONS = {
     "stop": "stop",
@@ -120,6 +129,25 @@ class CallPiece:
 
 
 Piece = TextPiece | CallPiece
+
+
+class Answer(Protocol):
+    """What a wire format's decoder of one answer offers (``ChatAnswer``; ``ResponsesAnswer`` of
+    ``ors_lab.agents.responses``): bytes in, pieces out, and what the answer came to."""
+
+    calls: list[ToolCall]
+    usage: dict[str, int | None] | None
+    other_choices: set[int]
+    error: ProviderStreamError | ProviderReportedError | None
+
+    @property
+    def finish_reason(self) -> str: ...
+
+    def feed(self, data: bytes) -> list[Piece]: ...
+
+    def close(self) -> list[Piece]: ...
+
+    def where(self) -> str: ...
 
 
 class ChatAnswer:
