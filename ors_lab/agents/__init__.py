@@ -1,5 +1,7 @@
-"""Agents: the ``Agent`` interface, the ``Episode`` it is handed, policies, and the OpenAI-compatible agent."""
+"""Agents: the ``Agent`` interface, the ``Episode`` it is handed, policies, the OpenAI-compatible agent and the
+Anthropic Messages agent."""
 
+from ors_lab.agents.anthropic import AnthropicAgent
 from ors_lab.agents.episode import (
     CURRENT_EPISODE,
     Agent,
@@ -17,6 +19,7 @@ from ors_lab.agents.policy import Observation, Policy, PolicyAgent, ToolCall, as
 __all__ = [
     "CURRENT_EPISODE",
     "Agent",
+    "AnthropicAgent",
     "Episode",
     "Observation",
     "OpenAIAgent",

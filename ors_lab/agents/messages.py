@@ -143,6 +143,7 @@ class MessagesAnswer:
         self.message_id: str | None = None
         self.stopped = False  # message_stop came
         self.pings = 0
+        self.other_choices: set[int] = set()  # none: a Messages answer has one (for the chat decoder's readers)
         self.error: ProviderStreamError | ProviderReportedError | None = None
         self.data_bytes = 0
         self.events = 0

@@ -42,6 +42,7 @@ import httpx2
 from ors_lab.agents.chat import CallPiece, ChatAnswer, TextPiece, ToolCall, tool_input
 from ors_lab.agents.episode import REPORTED, Episode, TextStream, error_event
 from ors_lab.agents.http import needs_credentials, recording_http_client
+from ors_lab.agents.messages import MessagesAnswer
 from ors_lab.events import ToolInputDeltaEvent, ToolInputEndEvent, ToolInputStartEvent, ToolOutputErrorEvent
 from ors_lab.protocol.errors import ProviderError, ProviderStreamError
 from ors_lab.protocol.replay import MISMATCH, REPLAY_HEADER, mismatch_error
@@ -65,12 +66,14 @@ def function_tools(episode: Episode) -> list[dict[str, Any]]:
 
 
 class _Turn:
-    """One answer's pieces (``ors_lab.agents.chat``) turned into agent events as they arrive."""
+    """One answer's pieces (``ors_lab.agents.chat``, or ``decoder``'s of another format) turned into agent
+    events as they arrive."""
 
-    def __init__(self, episode: Episode) -> None:
+    def __init__(self, episode: Episode, decoder: type[ChatAnswer] | type[MessagesAnswer] = ChatAnswer) -> None:
         self.episode = episode
         self._new_id = lambda: episode.new_id("call")
-        self.answer = ChatAnswer(new_id=self._new_id)
+        self._decoder = decoder
+        self.answer: ChatAnswer | MessagesAnswer = decoder(new_id=self._new_id)
         self.parts: dict[str, TextStream] = {}  # the open text, reasoning or refusal part (one at a time)
         self.content: list[str] = []
         self.refusal: list[str] = []
@@ -78,7 +81,7 @@ class _Turn:
 
     def begin(self, content_type: str | None) -> None:
         """The answer's headers came: its content type says whether it is a stream or one JSON object."""
-        self.answer = ChatAnswer(content_type=content_type, new_id=self._new_id)
+        self.answer = self._decoder(content_type=content_type, new_id=self._new_id)
 
     def _part(self, kind: str) -> TextStream:
         """The open part of ``kind``, opening it (and closing the other) when needed."""
