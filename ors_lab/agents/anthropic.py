@@ -30,7 +30,7 @@ in the stream (on an HTTP 200) typed by its ``error.type`` (``overloaded_error``
 stream cut before its stop reason (none of its tools run) or not readable.
 
 The SDK is given an ``http_client`` on ``RecordingTransport``, so the traffic is recorded into the
-evaluation's trace (the ``x-api-key`` header is redacted before writing); with
+evaluation's trace (the key, in whichever header the SDK sends it, is redacted before writing); with
 ``transport=AgentReplayTransport(trace)`` the same evaluation runs offline from that trace, with
 no key and no server.
 """
@@ -91,7 +91,7 @@ class AnthropicAgent:
     """Messages with tool use, streamed; see the module docstring.
 
     ``thinking`` is the request's ``thinking`` (``{"type": "enabled", "budget_tokens": N}``);
-    ``params`` go into each request as they are (``temperature``, ``stop_sequences``, ...), except
+    ``params`` go into each request's JSON as they are (``temperature``, ``stop_sequences``, ...), except
     ``max_retries`` (the SDK's retries, default 2) and ``timeout`` (seconds, default 600), which are
     the client's.
     """
@@ -134,7 +134,9 @@ class AnthropicAgent:
         return key
 
     def _request(self, episode: Episode) -> dict[str, Any]:
-        request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, **self.params}
+        request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens}
+        if self.params:  # as JSON fields, whatever the SDK's signature names (it lacks some the API takes)
+            request["extra_body"] = self.params
         if self.system:
             request["system"] = self.system
         if self.thinking is not None:
