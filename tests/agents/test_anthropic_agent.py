@@ -174,3 +174,49 @@ def test_prompt_images_become_image_blocks() -> None:
     assert content_blocks(blocks) == [
         {"type": "text", "text": "Look:"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_1X1_B64}}]  # fmt: skip
+
+
+def replay(path: Path) -> tuple[ol.EvalResult, list[AgentEvent]]:
+    """The recorded episode again, from its trace alone: no model server, no key."""
+    events: list[AgentEvent] = []
+    trace = ol.load_trace(path)
+    transport = ol.AgentReplayTransport(trace)
+    with ol.ReplayServer(trace, speed=0) as server, ol.Client(server.url) as client:
+        the_agent = ol.AnthropicAgent(MODEL, transport=transport, max_retries=0)
+        result = ol.evaluate(client.environment("lab"), the_agent, split="train", tasks=1, progress=False,
+                             subscribe=events.append)  # fmt: skip
+        assert server.unplayed() == []
+    assert transport.unplayed() == []
+    return result, events
+
+
+def comparable(result: ol.EvalResult, events: list[AgentEvent]) -> tuple[Any, ...]:
+    """What a live run and its replay must agree on: the episodes' outcomes and the agent events."""
+    columns = ["task_index", "reward", "finished", "finish_reason", "steps", "error_type"]
+    said = [e.to_wire() for e in events if e.type not in ("start", "episode")]
+    return result.episodes[columns].to_dict("records"), said
+
+
+def test_a_rewarded_run_replays_offline(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """A recorded run whose thinking-then-submit answer earned 1.0 replays with no server or key: the same
+    episode, reward and agent events."""
+    path = tmp_path / "claude.parquet"
+    with StreamServer(answer("submit", '{"answer": "4"}'), messages=True) as llm:
+        live = run(ors_sdk_server.url, llm, path)
+    assert live[0].episodes["reward"].tolist() == [1.0]
+    assert comparable(*replay(path)) == comparable(*live)
+
+
+def test_a_stream_cut_before_its_stop_reason_runs_no_tool(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """An answer whose bytes end inside its tool call (no stop_reason) is an incomplete-stream provider error: the
+    call is not run, and the replay fails the same way after the same deltas."""
+    whole = answer("submit", '{"answer": "4"}')
+    cut = whole[: whole.index(b'event: content_block_stop\ndata: {"type": "content_block_stop", "index": 1}')]
+    path = tmp_path / "cut.parquet"
+    with StreamServer(cut, messages=True) as llm:
+        live = run(ors_sdk_server.url, llm, path)
+    [error] = [e.to_wire() for e in live[1] if e.type == "error"]
+    assert error["source"] == "provider" and "incomplete stream" in error["message"]
+    assert "tool call toolu_t1 (submit) at index 1 was open" in error["message"]
+    assert "tool-input-available" not in [e.type for e in live[1]] and len(llm.requests) == 1
+    assert comparable(*replay(path)) == comparable(*live)
