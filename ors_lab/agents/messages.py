@@ -23,8 +23,8 @@ The same interface and pieces as the chat-completions decoder (``ors_lab.agents.
   (``thinking_delta``: reasoning pieces; ``signature_delta``: the block's signature, kept apart
   from the reasoning text so that the block can be sent back), ``redacted_thinking`` (kept as
   sent), ``tool_use`` (``input_json_delta.partial_json``: a tool call's argument pieces; none at
-  all is the input ``{}``). Blocks of other types (server tools and their results) are kept as
-  their start said, for the next request.
+  all is the input ``{}``). Blocks of other types (server tools, with their streamed input, and
+  their results) are kept as their start said, for the next request; they are not tool calls.
 - ``message_delta`` gives the ``stop_reason`` (``FINISH_REASONS``: ``end_turn``, ``max_tokens``,
   ``tool_use``, ``refusal``, ``pause_turn`` and ``stop_sequence`` are six distinct finish reasons)
   and usage, whose counts win over ``message_start``'s; ``message_stop`` ends the answer.
@@ -42,6 +42,7 @@ API refuses them).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,7 +119,11 @@ class Block:
             except ValueError:
                 arguments = {}
             return {"type": "tool_use", "id": self.call.id, "name": self.call.name, "input": arguments}
-        return dict(self.start)
+        whole = dict(self.start)
+        if self.text and "input" in whole:  # a server tool's input, streamed
+            with contextlib.suppress(ValueError):  # not JSON: the start's input goes back
+                whole["input"] = json.loads("".join(self.text))
+        return whole
 
 
 class MessagesAnswer:
@@ -354,11 +359,15 @@ class MessagesAnswer:
             self._text(block, "reasoning", delta.get("thinking"), pieces)
         elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
             block.signature.append(delta["signature"])
-        elif kind == "input_json_delta" and block.call is not None:
+        elif kind == "input_json_delta":
             partial = delta.get("partial_json")
-            if isinstance(partial, str) and partial:
+            if not isinstance(partial, str) or not partial:
+                return
+            if block.call is not None:
                 block.call.arguments.append(partial)
                 pieces.append(CallPiece(block.call, False, partial))
+            else:  # a server tool's input (server_tool_use, mcp_tool_use): kept for the next request, not run here
+                block.text.append(partial)
 
     def _text(self, block: Block, kind: PieceKind, text: Any, pieces: list[Piece]) -> None:
         if isinstance(text, str) and text:

@@ -189,3 +189,22 @@ def test_the_bytes_may_arrive_one_at_a_time(fixture: Path) -> None:
 
     whole = outcome(None)
     assert outcome(1) == whole
+
+
+def test_server_tool_blocks_go_back_as_they_came_and_are_not_calls() -> None:
+    """A server_tool_use block (its input streamed), its result and a redacted_thinking block are sent back as the
+    API gave them, and none of them is a tool call for the agent to run."""
+    result = {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [{"type": "web_search_result",
+              "url": "https://example.org/", "title": "Example", "encrypted_content": "Eq=="}]}  # fmt: skip
+    data = (start() + block(0, {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va"}) + stop(0)
+            + block(1, {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}})
+            + delta(1, {"type": "input_json_delta", "partial_json": '{"query": '})
+            + delta(1, {"type": "input_json_delta", "partial_json": '"ors"}'}) + stop(1)
+            + block(2, result) + stop(2) + end("end_turn"))  # fmt: skip
+    answer, pieces = decode(data)
+    assert answer.calls == [] and pieces == []
+    assert answer.content() == [
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va"},
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "ors"}},
+        result,
+    ]
