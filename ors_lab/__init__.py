@@ -70,6 +70,7 @@ from ors_lab.version import __version__
 if TYPE_CHECKING:
     from ors_lab.agents import (
         Agent,
+        AnthropicAgent,
         Episode,
         Observation,
         OpenAIAgent,
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "Agent": "ors_lab.agents",
+    "AnthropicAgent": "ors_lab.agents",
     "Episode": "ors_lab.agents",
     "Observation": "ors_lab.agents",
     "OpenAIAgent": "ors_lab.agents",
@@ -128,6 +130,7 @@ __all__ = [
     "AgentEvent",
     "AgentNotShippableError",
     "AgentReplayTransport",
+    "AnthropicAgent",
     "AsyncClient",
     "AsyncEnvironment",
     "AsyncSession",

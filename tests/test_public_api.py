@@ -120,9 +120,9 @@ def test_public_names() -> None:
     expected = {"Client", "AsyncClient", "ToolResult", "ToolOutput", "TextBlock", "ImageBlock", "Task", "Split",
                 "Block", "Step", "Event", "AgentEvent", "WireEvent", "EventStream", "Subscription",
                 "RecordingTransport", "Recorder", "Trace", "load_trace", "evaluate", "EvalResult", "Feed",
-                "watch", "OpenAIAgent", "OpenAIResponsesAgent"}  # fmt: skip
+                "watch", "OpenAIAgent", "OpenAIResponsesAgent", "AnthropicAgent"}  # fmt: skip
     assert expected <= set(ors_lab.__all__)
-    assert {"OpenAIAgent", "OpenAIResponsesAgent"} <= set(ors_lab.agents.__all__)
+    assert {"OpenAIAgent", "OpenAIResponsesAgent", "AnthropicAgent"} <= set(ors_lab.agents.__all__)
     assert {cls.__name__ for cls in ors_lab.events.EVENT_TYPES.values()} <= set(ors_lab.events.__all__)
 
 
@@ -140,6 +140,6 @@ def test_evaluate_takes_its_keywords_in_the_signature() -> None:
 def test_import_stays_light() -> None:
     """`import ors_lab` loads no pandas, IPython, ipywidgets, anywidget, uvicorn, reference-server or LLM SDK."""
     code = "import sys, ors_lab; print(sorted(m for m in ('pandas', 'IPython', 'ipywidgets', 'anywidget', 'traitlets', "
-    code += "'uvicorn', 'ors', 'openreward', 'nest_asyncio2', 'openai') if m in sys.modules))"
+    code += "'uvicorn', 'ors', 'openreward', 'nest_asyncio2', 'anthropic', 'openai') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"

@@ -1,6 +1,7 @@
 """Agents: the ``Agent`` interface, the ``Episode`` it is handed, policies, and the LLM agents (chat completions,
-the Responses API)."""
+the Responses API, Anthropic's Messages API)."""
 
+from ors_lab.agents.anthropic import AnthropicAgent
 from ors_lab.agents.episode import (
     CURRENT_EPISODE,
     Agent,
@@ -19,6 +20,7 @@ from ors_lab.agents.policy import Observation, Policy, PolicyAgent, ToolCall, as
 __all__ = [
     "CURRENT_EPISODE",
     "Agent",
+    "AnthropicAgent",
     "Episode",
     "Observation",
     "OpenAIAgent",

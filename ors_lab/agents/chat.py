@@ -133,12 +133,19 @@ Piece = TextPiece | CallPiece
 
 class Answer(Protocol):
     """What a wire format's decoder of one answer offers (``ChatAnswer``; ``ResponsesAnswer`` of
-    ``ors_lab.agents.responses``): bytes in, pieces out, and what the answer came to."""
+    ``ors_lab.agents.responses``; ``MessagesAnswer`` of ``ors_lab.agents.messages``): bytes in, pieces out, and what the answer came to."""
 
-    calls: list[ToolCall]
-    usage: dict[str, int | None] | None
-    other_choices: set[int]
-    error: ProviderStreamError | ProviderReportedError | None
+    @property
+    def calls(self) -> list[ToolCall]: ...
+
+    @property
+    def usage(self) -> dict[str, int | None] | None: ...
+
+    @property
+    def other_choices(self) -> set[int]: ...
+
+    @property
+    def error(self) -> ProviderStreamError | ProviderReportedError | None: ...
 
     @property
     def finish_reason(self) -> str: ...
