@@ -133,7 +133,8 @@ Piece = TextPiece | CallPiece
 
 class Answer(Protocol):
     """What a wire format's decoder of one answer offers (``ChatAnswer``; ``ResponsesAnswer`` of
-    ``ors_lab.agents.responses``; ``MessagesAnswer`` of ``ors_lab.agents.messages``): bytes in, pieces out, and what the answer came to."""
+    ``ors_lab.agents.responses``; ``MessagesAnswer`` of ``ors_lab.agents.messages``): bytes in, pieces out,
+    and what the answer came to."""
 
     @property
     def calls(self) -> list[ToolCall]: ...
@@ -157,57 +158,25 @@ class Answer(Protocol):
     def where(self) -> str: ...
 
 
-class ChatAnswer:
-    """One chat-completions answer being decoded; see the module docstring.
+class StreamedAnswer:
+    """What every wire format's decoder does alike (``ChatAnswer``, ``ResponsesAnswer``, ``MessagesAnswer``):
+    the bytes are one JSON answer (by their content type, else their first byte) or an event stream read
+    by the one SSE decoder, and the first bad event stops the answer, ``error`` holding why. A format
+    reads each event in ``_take`` and says how far it got in ``where``."""
 
-    After ``feed`` check ``error``: a bad chunk stops the answer there, ``feed`` returning the pieces
-    before it; every later ``feed`` raises it. ``close()`` ends the bytes.
-    """
-
-    def __init__(self, *, content_type: str | None = None, new_id: Any = None) -> None:
+    def __init__(self, content_type: str | None) -> None:
         self._json = content_type is not None and "json" in content_type.lower()
         self._sniffed = self._json
         self._sse = SSEDecoder()
         self._body: list[bytes] = []
-        self._new_id = new_id or (lambda: f"call-{len(self.calls) + 1}")
-        self.calls: list[ToolCall] = []
-        self._by_id: dict[str, ToolCall] = {}
-        self._by_index: dict[int, ToolCall] = {}
-        self.raw_finish: str | None = None
-        self.usage: dict[str, int | None] | None = None
-        self.model: str | None = None
-        self.refused = False
-        self.done = False  # [DONE] came
-        self.other_choices: set[int] = set()
         self.error: ProviderStreamError | ProviderReportedError | None = None
-        self.data_bytes = 0  # bytes of the chunks' data: what a replay of the answer receives too
-        self.chunks = 0
-        self.last: str | None = None  # the last chunk's data, as sent
-
-    # -- what the answer says ----------------------------------------------------------------------
-
-    @property
-    def complete(self) -> bool:
-        """True once ``[DONE]`` or a finish reason came."""
-        return self.done or self.raw_finish is not None
-
-    @property
-    def finish_reason(self) -> str:
-        """ors_lab's finish reason for the answer (``finish_reason()``)."""
-        return finish_reason(self.raw_finish, refusal=self.refused)
 
     def where(self) -> str:
-        """How far the answer got: bytes and chunks received, the last chunk, a tool call left open."""
-        said = f"{self.chunks} chunks received ({self.data_bytes} bytes of chunk data)"
-        if self.last is not None:
-            last = self.last if len(self.last) <= _SHOWN else f"{self.last[:80]} ... {self.last[-(_SHOWN - 80) :]}"
-            said += f"; the last chunk: {last}"
-        if self.calls and not self.complete:
-            call = self.calls[-1]
-            said += f"; tool call {call.id} ({call.name or 'no name yet'}) was open"
-        return said
+        raise NotImplementedError
 
-    # -- reading -----------------------------------------------------------------------------------
+    def _take(self, event: ServerSentEvent, pieces: list[Piece]) -> None:
+        """Read one event of the stream, appending the pieces it completes."""
+        raise NotImplementedError
 
     def feed(self, data: bytes) -> list[Piece]:
         """The pieces ``data`` completes, in order (see the class docstring for ``error``)."""
@@ -228,21 +197,81 @@ class ChatAnswer:
             self.error = ProviderStreamError(f"the answer is not a readable event stream ({exc}); {self.where()}")
             return pieces
         for item in items:
-            if not isinstance(item, ServerSentEvent) or self.done:
-                continue
-            if item.data == "[DONE]":
-                self.done = True
-                continue
-            if not item.data and item.event is None:
+            if not isinstance(item, ServerSentEvent):
                 continue
             try:
-                self._chunk(self._parse(item.data), pieces)
+                self._take(item, pieces)
             except (ProviderStreamError, ProviderReportedError) as exc:
                 self.error = exc
                 return pieces
         if self._sse.error is not None:
             self.error = ProviderStreamError(f"the answer is not a readable event stream ({self._sse.error})")
         return pieces
+
+    def _body_text(self) -> str:
+        """A whole-JSON answer's text, once its bytes ended."""
+        return b"".join(self._body).decode("utf-8", "replace")
+
+
+def shown(text: str) -> str:
+    """An event's data as an error quotes it: whole up to ``_SHOWN`` characters, else its two ends."""
+    return text if len(text) <= _SHOWN else f"{text[:80]} ... {text[-(_SHOWN - 80) :]}"
+
+
+class ChatAnswer(StreamedAnswer):
+    """One chat-completions answer being decoded; see the module docstring.
+
+    After ``feed`` check ``error``: a bad chunk stops the answer there, ``feed`` returning the pieces
+    before it; every later ``feed`` raises it. ``close()`` ends the bytes.
+    """
+
+    def __init__(self, *, content_type: str | None = None, new_id: Any = None) -> None:
+        super().__init__(content_type)
+        self._new_id = new_id or (lambda: f"call-{len(self.calls) + 1}")
+        self.calls: list[ToolCall] = []
+        self._by_id: dict[str, ToolCall] = {}
+        self._by_index: dict[int, ToolCall] = {}
+        self.raw_finish: str | None = None
+        self.usage: dict[str, int | None] | None = None
+        self.model: str | None = None
+        self.refused = False
+        self.done = False  # [DONE] came
+        self.other_choices: set[int] = set()
+        self.data_bytes = 0  # bytes of the chunks' data: what a replay of the answer receives too
+        self.chunks = 0
+        self.last: str | None = None  # the last chunk's data, as sent
+
+    # -- what the answer says ----------------------------------------------------------------------
+
+    @property
+    def complete(self) -> bool:
+        """True once ``[DONE]`` or a finish reason came."""
+        return self.done or self.raw_finish is not None
+
+    @property
+    def finish_reason(self) -> str:
+        """ors_lab's finish reason for the answer (``finish_reason()``)."""
+        return finish_reason(self.raw_finish, refusal=self.refused)
+
+    def where(self) -> str:
+        """How far the answer got: bytes and chunks received, the last chunk, a tool call left open."""
+        said = f"{self.chunks} chunks received ({self.data_bytes} bytes of chunk data)"
+        if self.last is not None:
+            said += f"; the last chunk: {shown(self.last)}"
+        if self.calls and not self.complete:
+            call = self.calls[-1]
+            said += f"; tool call {call.id} ({call.name or 'no name yet'}) was open"
+        return said
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def _take(self, event: ServerSentEvent, pieces: list[Piece]) -> None:
+        if self.done:
+            return
+        if event.data == "[DONE]":
+            self.done = True
+        elif event.data or event.event is not None:
+            self._chunk(self._parse(event.data), pieces)
 
     def close(self) -> list[Piece]:
         """The end of the bytes: the pieces of a whole-JSON answer; ``IncompleteStreamError`` for an
@@ -251,8 +280,7 @@ class ChatAnswer:
             raise self.error
         pieces: list[Piece] = []
         if self._json:
-            text = b"".join(self._body).decode("utf-8", "replace")
-            whole = self._parse(text)
+            whole = self._parse(self._body_text())
             self._whole(whole, pieces)
         if not self.complete:
             raise IncompleteStreamError(

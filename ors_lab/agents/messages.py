@@ -47,15 +47,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ors_lab.agents.chat import CallPiece, Piece, PieceKind, TextPiece, ToolCall, tool_input
+from ors_lab.agents.chat import CallPiece, Piece, PieceKind, StreamedAnswer, TextPiece, ToolCall, shown, tool_input
 from ors_lab.protocol.errors import (
     IncompleteStreamError,
     MalformedChunkError,
-    MalformedStreamError,
     ProviderReportedError,
-    ProviderStreamError,
 )
-from ors_lab.protocol.sse import ServerSentEvent, SSEDecoder
+from ors_lab.protocol.sse import ServerSentEvent
 
 __all__ = ["ERROR_STATUS", "FINISH_REASONS", "MessagesAnswer", "finish_reason"]
 
@@ -126,7 +124,7 @@ class Block:
         return whole
 
 
-class MessagesAnswer:
+class MessagesAnswer(StreamedAnswer):
     """One Messages answer being decoded; see the module docstring.
 
     After ``feed`` check ``error``: a bad event stops the answer there, ``feed`` returning the pieces
@@ -134,10 +132,7 @@ class MessagesAnswer:
     """
 
     def __init__(self, *, content_type: str | None = None, new_id: Any = None) -> None:
-        self._json = content_type is not None and "json" in content_type.lower()
-        self._sniffed = self._json
-        self._sse = SSEDecoder()
-        self._body: list[bytes] = []
+        super().__init__(content_type)
         self._new_id = new_id or (lambda: f"call-{len(self.calls) + 1}")
         self.blocks: dict[int, Block] = {}
         self.calls: list[ToolCall] = []
@@ -149,7 +144,6 @@ class MessagesAnswer:
         self.stopped = False  # message_stop came
         self.pings = 0
         self.other_choices: set[int] = set()  # none: a Messages answer has one (for the chat decoder's readers)
-        self.error: ProviderStreamError | ProviderReportedError | None = None
         self.data_bytes = 0
         self.events = 0
         self.last: str | None = None  # the last event's data, as sent
@@ -202,8 +196,7 @@ class MessagesAnswer:
         """How far the answer got: bytes and events received, the last event, a block left open."""
         said = f"{self.events} events received ({self.data_bytes} bytes of event data)"
         if self.last is not None:
-            last = self.last if len(self.last) <= _SHOWN else f"{self.last[:80]} ... {self.last[-(_SHOWN - 80) :]}"
-            said += f"; the last event: {last}"
+            said += f"; the last event: {shown(self.last)}"
         open_blocks = [b for b in self.blocks.values() if not b.stopped]
         if open_blocks and not self.complete:
             block = open_blocks[-1]
@@ -213,41 +206,16 @@ class MessagesAnswer:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def feed(self, data: bytes) -> list[Piece]:
-        """The pieces ``data`` completes, in order (see the class docstring for ``error``)."""
-        if self.error is not None:
-            raise self.error
-        if not self._sniffed:
-            head = data.lstrip()
-            if head:
-                self._sniffed = True
-                self._json = head[:1] == b"{"
-        if self._json:
-            self._body.append(data)
-            return []
-        pieces: list[Piece] = []
-        try:
-            items = self._sse.feed(data)
-        except MalformedStreamError as exc:
-            self.error = ProviderStreamError(f"the answer is not a readable event stream ({exc}); {self.where()}")
-            return pieces
-        for item in items:
-            if not isinstance(item, ServerSentEvent) or item.event in (None, "message") or self.stopped:
-                continue  # comments, events with no `event:` line (the SDK ignores them), anything after message_stop
-            if item.event == "ping":
-                self.pings += 1
-                continue
-            try:
-                if item.event == "error":
-                    _raise_error(self._parse(item.data))
-                if item.data:
-                    self._event(self._parse(item.data), pieces)
-            except (ProviderStreamError, ProviderReportedError) as exc:
-                self.error = exc
-                return pieces
-        if self._sse.error is not None:
-            self.error = ProviderStreamError(f"the answer is not a readable event stream ({self._sse.error})")
-        return pieces
+    def _take(self, event: ServerSentEvent, pieces: list[Piece]) -> None:
+        if event.event in (None, "message") or self.stopped:
+            return  # comments, events with no `event:` line (the SDK ignores them), anything after message_stop
+        if event.event == "ping":
+            self.pings += 1
+            return
+        if event.event == "error":
+            _raise_error(self._parse(event.data))
+        if event.data:
+            self._event(self._parse(event.data), pieces)
 
     def close(self) -> list[Piece]:
         """The end of the bytes: the pieces of a whole-JSON answer; ``IncompleteStreamError`` for an
@@ -256,7 +224,7 @@ class MessagesAnswer:
             raise self.error
         pieces: list[Piece] = []
         if self._json:
-            whole = self._parse(b"".join(self._body).decode("utf-8", "replace"))
+            whole = self._parse(self._body_text())
             if whole.get("type") == "error":
                 _raise_error(whole)
             self._whole(whole, pieces)

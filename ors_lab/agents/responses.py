@@ -42,15 +42,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ors_lab.agents.chat import CallPiece, Piece, PieceKind, TextPiece, ToolCall, _raise_error_object
+from ors_lab.agents.chat import (
+    CallPiece,
+    Piece,
+    PieceKind,
+    StreamedAnswer,
+    TextPiece,
+    ToolCall,
+    _raise_error_object,
+    shown,
+)
 from ors_lab.protocol.errors import (
     IncompleteStreamError,
     MalformedChunkError,
-    MalformedStreamError,
     ProviderReportedError,
-    ProviderStreamError,
 )
-from ors_lab.protocol.sse import ServerSentEvent, SSEDecoder
+from ors_lab.protocol.sse import ServerSentEvent
 
 __all__ = ["INCOMPLETE_REASONS", "ResponsesAnswer", "usage_tokens"]
 
@@ -83,7 +90,7 @@ def usage_tokens(usage: Any) -> dict[str, int | None] | None:
     }
 
 
-class ResponsesAnswer:
+class ResponsesAnswer(StreamedAnswer):
     """One Responses API answer being decoded; see the module docstring.
 
     After ``feed`` check ``error``: a bad event stops the answer there, ``feed`` returning the pieces
@@ -91,10 +98,7 @@ class ResponsesAnswer:
     """
 
     def __init__(self, *, content_type: str | None = None, new_id: Any = None) -> None:
-        self._json = content_type is not None and "json" in content_type.lower()
-        self._sniffed = self._json
-        self._sse = SSEDecoder()
-        self._body: list[bytes] = []
+        super().__init__(content_type)
         self._new_id = new_id or (lambda: f"call-{len(self.calls) + 1}")
         self.calls: list[ToolCall] = []
         self._by_index: dict[int, ToolCall] = {}
@@ -108,7 +112,6 @@ class ResponsesAnswer:
         self.refused = False
         self.done = False  # [DONE] came
         self.other_choices: set[int] = set()  # a response has one output: always empty (the chat decoder's field)
-        self.error: ProviderStreamError | ProviderReportedError | None = None
         self.data_bytes = 0
         self.chunks = 0
         self.last: str | None = None
@@ -148,8 +151,7 @@ class ResponsesAnswer:
         if self.last_sequence is not None:
             said += f", up to sequence_number {self.last_sequence}"
         if self.last is not None:
-            last = self.last if len(self.last) <= _SHOWN else f"{self.last[:80]} ... {self.last[-(_SHOWN - 80) :]}"
-            said += f"; the last event: {last}"
+            said += f"; the last event: {shown(self.last)}"
         if self.calls and not self.complete:
             call = self.calls[-1]
             said += f"; tool call {call.id} ({call.name or 'no name yet'}) was open"
@@ -157,40 +159,13 @@ class ResponsesAnswer:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def feed(self, data: bytes) -> list[Piece]:
-        """The pieces ``data`` completes, in order (see the class docstring for ``error``)."""
-        if self.error is not None:
-            raise self.error
-        if not self._sniffed:
-            head = data.lstrip()
-            if head:
-                self._sniffed = True
-                self._json = head[:1] == b"{"
-        if self._json:
-            self._body.append(data)
-            return []
-        pieces: list[Piece] = []
-        try:
-            items = self._sse.feed(data)
-        except MalformedStreamError as exc:
-            self.error = ProviderStreamError(f"the answer is not a readable event stream ({exc}); {self.where()}")
-            return pieces
-        for item in items:
-            if not isinstance(item, ServerSentEvent) or self.done:
-                continue
-            if item.data == "[DONE]":
-                self.done = True
-                continue
-            if not item.data and item.event is None:
-                continue
-            try:
-                self._event(self._parse(item.data), item.event, pieces)
-            except (ProviderStreamError, ProviderReportedError) as exc:
-                self.error = exc
-                return pieces
-        if self._sse.error is not None:
-            self.error = ProviderStreamError(f"the answer is not a readable event stream ({self._sse.error})")
-        return pieces
+    def _take(self, event: ServerSentEvent, pieces: list[Piece]) -> None:
+        if self.done:
+            return
+        if event.data == "[DONE]":
+            self.done = True
+        elif event.data or event.event is not None:
+            self._event(self._parse(event.data), event.event, pieces)
 
     def close(self) -> list[Piece]:
         """The end of the bytes: the pieces of a whole-JSON answer; ``IncompleteStreamError`` for an
@@ -199,7 +174,7 @@ class ResponsesAnswer:
             raise self.error
         pieces: list[Piece] = []
         if self._json:
-            whole = self._parse(b"".join(self._body).decode("utf-8", "replace"))
+            whole = self._parse(self._body_text())
             self._whole(whole.get("response", whole), pieces)
         if not self.complete:
             raise IncompleteStreamError(
