@@ -164,12 +164,18 @@ class StreamedAnswer:
     by the one SSE decoder, and the first bad event stops the answer, ``error`` holding why. A format
     reads each event in ``_take`` and says how far it got in ``where``."""
 
+    _unit = "chunk"
+    """What an error calls one event of the format."""
+
     def __init__(self, content_type: str | None) -> None:
         self._json = content_type is not None and "json" in content_type.lower()
         self._sniffed = self._json
         self._sse = SSEDecoder()
         self._body: list[bytes] = []
         self.error: ProviderStreamError | ProviderReportedError | None = None
+        self.chunks = 0  # events read (or 1: a whole-JSON answer)
+        self.data_bytes = 0
+        self.last: str | None = None  # the last event's data, as sent
 
     def where(self) -> str:
         raise NotImplementedError
@@ -212,6 +218,23 @@ class StreamedAnswer:
         """A whole-JSON answer's text, once its bytes ended."""
         return b"".join(self._body).decode("utf-8", "replace")
 
+    def _object(self, data: str) -> dict[str, Any]:
+        """An event's data (or the whole answer) as the JSON object it must be, counted; else
+        ``MalformedChunkError``."""
+        self.chunks += 1
+        self.data_bytes += len(data.encode())
+        self.last = data
+        try:
+            value = json.loads(data)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise MalformedChunkError(
+                f"malformed {self._unit} {self.chunks} of the answer (not a JSON object): {data[:_SHOWN]}",
+                chunk=data[:_SHOWN],
+            )
+        return value
+
 
 def shown(text: str) -> str:
     """An event's data as an error quotes it: whole up to ``_SHOWN`` characters, else its two ends."""
@@ -237,9 +260,6 @@ class ChatAnswer(StreamedAnswer):
         self.refused = False
         self.done = False  # [DONE] came
         self.other_choices: set[int] = set()
-        self.data_bytes = 0  # bytes of the chunks' data: what a replay of the answer receives too
-        self.chunks = 0
-        self.last: str | None = None  # the last chunk's data, as sent
 
     # -- what the answer says ----------------------------------------------------------------------
 
@@ -289,18 +309,7 @@ class ChatAnswer(StreamedAnswer):
         return pieces
 
     def _parse(self, data: str) -> dict[str, Any]:
-        self.chunks += 1
-        self.data_bytes += len(data.encode())
-        self.last = data
-        try:
-            value = json.loads(data)
-        except ValueError:
-            value = None
-        if not isinstance(value, dict):
-            raise MalformedChunkError(
-                f"malformed chunk {self.chunks} of the answer (not a JSON object): {data[:_SHOWN]}",
-                chunk=data[:_SHOWN],
-            )
+        value = self._object(data)
         _raise_error_object(value)
         if isinstance(value.get("model"), str):
             self.model = value["model"]

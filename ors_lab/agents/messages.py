@@ -131,6 +131,8 @@ class MessagesAnswer(StreamedAnswer):
     before it; every later ``feed`` raises it. ``close()`` ends the bytes.
     """
 
+    _unit = "event"
+
     def __init__(self, *, content_type: str | None = None, new_id: Any = None) -> None:
         super().__init__(content_type)
         self._new_id = new_id or (lambda: f"call-{len(self.calls) + 1}")
@@ -144,9 +146,6 @@ class MessagesAnswer(StreamedAnswer):
         self.stopped = False  # message_stop came
         self.pings = 0
         self.other_choices: set[int] = set()  # none: a Messages answer has one (for the chat decoder's readers)
-        self.data_bytes = 0
-        self.events = 0
-        self.last: str | None = None  # the last event's data, as sent
 
     # -- what the answer says ----------------------------------------------------------------------
 
@@ -194,7 +193,7 @@ class MessagesAnswer(StreamedAnswer):
 
     def where(self) -> str:
         """How far the answer got: bytes and events received, the last event, a block left open."""
-        said = f"{self.events} events received ({self.data_bytes} bytes of event data)"
+        said = f"{self.chunks} events received ({self.data_bytes} bytes of event data)"
         if self.last is not None:
             said += f"; the last event: {shown(self.last)}"
         open_blocks = [b for b in self.blocks.values() if not b.stopped]
@@ -213,9 +212,9 @@ class MessagesAnswer(StreamedAnswer):
             self.pings += 1
             return
         if event.event == "error":
-            _raise_error(self._parse(event.data))
+            _raise_error(self._object(event.data))
         if event.data:
-            self._event(self._parse(event.data), pieces)
+            self._event(self._object(event.data), pieces)
 
     def close(self) -> list[Piece]:
         """The end of the bytes: the pieces of a whole-JSON answer; ``IncompleteStreamError`` for an
@@ -224,7 +223,7 @@ class MessagesAnswer(StreamedAnswer):
             raise self.error
         pieces: list[Piece] = []
         if self._json:
-            whole = self._parse(self._body_text())
+            whole = self._object(self._body_text())
             if whole.get("type") == "error":
                 _raise_error(whole)
             self._whole(whole, pieces)
@@ -233,21 +232,6 @@ class MessagesAnswer(StreamedAnswer):
                 f"incomplete stream: the answer ended with no stop_reason and no message_stop; {self.where()}"
             )
         return pieces
-
-    def _parse(self, data: str) -> dict[str, Any]:
-        self.events += 1
-        self.data_bytes += len(data.encode())
-        self.last = data
-        try:
-            value = json.loads(data)
-        except ValueError:
-            value = None
-        if not isinstance(value, dict):
-            raise MalformedChunkError(
-                f"malformed event {self.events} of the answer (not a JSON object): {data[:_SHOWN]}",
-                chunk=data[:_SHOWN],
-            )
-        return value
 
     def _event(self, event: dict[str, Any], pieces: list[Piece]) -> None:
         kind = event.get("type")

@@ -97,6 +97,8 @@ class ResponsesAnswer(StreamedAnswer):
     before it; every later ``feed`` raises it. ``close()`` ends the bytes.
     """
 
+    _unit = "event"
+
     def __init__(self, *, content_type: str | None = None, new_id: Any = None) -> None:
         super().__init__(content_type)
         self._new_id = new_id or (lambda: f"call-{len(self.calls) + 1}")
@@ -112,9 +114,6 @@ class ResponsesAnswer(StreamedAnswer):
         self.refused = False
         self.done = False  # [DONE] came
         self.other_choices: set[int] = set()  # a response has one output: always empty (the chat decoder's field)
-        self.data_bytes = 0
-        self.chunks = 0
-        self.last: str | None = None
         self.last_type: str | None = None
         self.last_sequence: int | None = None
 
@@ -184,18 +183,7 @@ class ResponsesAnswer(StreamedAnswer):
         return pieces
 
     def _parse(self, data: str) -> dict[str, Any]:
-        self.chunks += 1
-        self.data_bytes += len(data.encode())
-        self.last = data
-        try:
-            value = json.loads(data)
-        except ValueError:
-            value = None
-        if not isinstance(value, dict):
-            raise MalformedChunkError(
-                f"malformed event {self.chunks} of the answer (not a JSON object): {data[:_SHOWN]}",
-                chunk=data[:_SHOWN],
-            )
+        value = self._object(data)
         sequence = value.get("sequence_number")
         if isinstance(sequence, int) and not isinstance(sequence, bool):
             self.last_sequence = sequence
