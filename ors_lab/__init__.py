@@ -68,7 +68,17 @@ from ors_lab.protocol import (
 from ors_lab.version import __version__
 
 if TYPE_CHECKING:
-    from ors_lab.agents import Agent, Episode, Observation, OpenAIAgent, PolicyAgent, Step, ToolCall
+    from ors_lab.agents import (
+        Agent,
+        AnthropicAgent,
+        Episode,
+        Observation,
+        OpenAIAgent,
+        OpenAIResponsesAgent,
+        PolicyAgent,
+        Step,
+        ToolCall,
+    )
     from ors_lab.analysis import Trace, load_trace
     from ors_lab.evaluation import EvalResult, EvaluationInterrupted, RayBackend, aevaluate, evaluate, last_result
     from ors_lab.feed import Feed
@@ -78,9 +88,11 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "Agent": "ors_lab.agents",
+    "AnthropicAgent": "ors_lab.agents",
     "Episode": "ors_lab.agents",
     "Observation": "ors_lab.agents",
     "OpenAIAgent": "ors_lab.agents",
+    "OpenAIResponsesAgent": "ors_lab.agents",
     "PolicyAgent": "ors_lab.agents",
     "Step": "ors_lab.agents",
     "ToolCall": "ors_lab.agents",
@@ -118,6 +130,7 @@ __all__ = [
     "AgentEvent",
     "AgentNotShippableError",
     "AgentReplayTransport",
+    "AnthropicAgent",
     "AsyncClient",
     "AsyncEnvironment",
     "AsyncSession",
@@ -145,6 +158,7 @@ __all__ = [
     "ORSError",
     "Observation",
     "OpenAIAgent",
+    "OpenAIResponsesAgent",
     "OutcomeUnknownError",
     "PolicyAgent",
     "ProviderError",

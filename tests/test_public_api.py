@@ -14,6 +14,7 @@ import typing
 import pytest
 
 import ors_lab
+import ors_lab.agents
 
 # The namespaces the design promises (the walk below finds them and any other subpackage with an `__all__`).
 PROMISED = {"ors_lab", "ors_lab.agents", "ors_lab.analysis", "ors_lab.client", "ors_lab.evaluation", "ors_lab.events",
@@ -119,8 +120,9 @@ def test_public_names() -> None:
     expected = {"Client", "AsyncClient", "ToolResult", "ToolOutput", "TextBlock", "ImageBlock", "Task", "Split",
                 "Block", "Step", "Event", "AgentEvent", "WireEvent", "EventStream", "Subscription",
                 "RecordingTransport", "Recorder", "Trace", "load_trace", "evaluate", "EvalResult", "Feed",
-                "watch"}  # fmt: skip
+                "watch", "OpenAIAgent", "OpenAIResponsesAgent", "AnthropicAgent"}  # fmt: skip
     assert expected <= set(ors_lab.__all__)
+    assert {"OpenAIAgent", "OpenAIResponsesAgent", "AnthropicAgent"} <= set(ors_lab.agents.__all__)
     assert {cls.__name__ for cls in ors_lab.events.EVENT_TYPES.values()} <= set(ors_lab.events.__all__)
 
 
@@ -136,8 +138,8 @@ def test_evaluate_takes_its_keywords_in_the_signature() -> None:
 
 
 def test_import_stays_light() -> None:
-    """`import ors_lab` loads no pandas, IPython, ipywidgets, anywidget, uvicorn or reference-server SDK."""
+    """`import ors_lab` loads no pandas, IPython, ipywidgets, anywidget, uvicorn, reference-server or LLM SDK."""
     code = "import sys, ors_lab; print(sorted(m for m in ('pandas', 'IPython', 'ipywidgets', 'anywidget', 'traitlets', "
-    code += "'uvicorn', 'ors', 'openreward', 'nest_asyncio2') if m in sys.modules))"
+    code += "'uvicorn', 'ors', 'openreward', 'nest_asyncio2', 'anthropic', 'openai') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"

@@ -1,5 +1,7 @@
-"""Agents: the ``Agent`` interface, the ``Episode`` it is handed, policies, and the OpenAI-compatible agent."""
+"""Agents: the ``Agent`` interface, the ``Episode`` it is handed, policies, and the LLM agents (chat completions,
+the Responses API, Anthropic's Messages API)."""
 
+from ors_lab.agents.anthropic import AnthropicAgent
 from ors_lab.agents.episode import (
     CURRENT_EPISODE,
     Agent,
@@ -12,14 +14,17 @@ from ors_lab.agents.episode import (
 )
 from ors_lab.agents.http import recording_http_client
 from ors_lab.agents.openai import OpenAIAgent
+from ors_lab.agents.openai_responses import OpenAIResponsesAgent
 from ors_lab.agents.policy import Observation, Policy, PolicyAgent, ToolCall, as_agent
 
 __all__ = [
     "CURRENT_EPISODE",
     "Agent",
+    "AnthropicAgent",
     "Episode",
     "Observation",
     "OpenAIAgent",
+    "OpenAIResponsesAgent",
     "Policy",
     "PolicyAgent",
     "Step",

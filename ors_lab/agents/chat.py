@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ors_lab.protocol.errors import (
     IncompleteStreamError,
@@ -47,7 +47,16 @@ from ors_lab.protocol.errors import (
 )
 from ors_lab.protocol.sse import ServerSentEvent, SSEDecoder
 
-__all__ = ["FINISH_REASONS", "CallPiece", "ChatAnswer", "TextPiece", "ToolCall", "finish_reason", "tool_input"]
+__all__ = [
+    "FINISH_REASONS",
+    "Answer",
+    "CallPiece",
+    "ChatAnswer",
+    "TextPiece",
+    "ToolCall",
+    "finish_reason",
+    "tool_input",
+]
 
 FINISH_REASONS = {
     "stop": "stop",
@@ -122,57 +131,58 @@ class CallPiece:
 Piece = TextPiece | CallPiece
 
 
-class ChatAnswer:
-    """One chat-completions answer being decoded; see the module docstring.
+class Answer(Protocol):
+    """What a wire format's decoder of one answer offers (``ChatAnswer``; ``ResponsesAnswer`` of
+    ``ors_lab.agents.responses``; ``MessagesAnswer`` of ``ors_lab.agents.messages``): bytes in, pieces out,
+    and what the answer came to."""
 
-    After ``feed`` check ``error``: a bad chunk stops the answer there, ``feed`` returning the pieces
-    before it; every later ``feed`` raises it. ``close()`` ends the bytes.
-    """
+    @property
+    def calls(self) -> list[ToolCall]: ...
 
-    def __init__(self, *, content_type: str | None = None, new_id: Any = None) -> None:
+    @property
+    def usage(self) -> dict[str, int | None] | None: ...
+
+    @property
+    def other_choices(self) -> set[int]: ...
+
+    @property
+    def error(self) -> ProviderStreamError | ProviderReportedError | None: ...
+
+    @property
+    def finish_reason(self) -> str: ...
+
+    def feed(self, data: bytes) -> list[Piece]: ...
+
+    def close(self) -> list[Piece]: ...
+
+    def where(self) -> str: ...
+
+
+class StreamedAnswer:
+    """What every wire format's decoder does alike (``ChatAnswer``, ``ResponsesAnswer``, ``MessagesAnswer``):
+    the bytes are one JSON answer (by their content type, else their first byte) or an event stream read
+    by the one SSE decoder, and the first bad event stops the answer, ``error`` holding why. A format
+    reads each event in ``_take`` and says how far it got in ``where``."""
+
+    _unit = "chunk"
+    """What an error calls one event of the format."""
+
+    def __init__(self, content_type: str | None) -> None:
         self._json = content_type is not None and "json" in content_type.lower()
         self._sniffed = self._json
         self._sse = SSEDecoder()
         self._body: list[bytes] = []
-        self._new_id = new_id or (lambda: f"call-{len(self.calls) + 1}")
-        self.calls: list[ToolCall] = []
-        self._by_id: dict[str, ToolCall] = {}
-        self._by_index: dict[int, ToolCall] = {}
-        self.raw_finish: str | None = None
-        self.usage: dict[str, int | None] | None = None
-        self.model: str | None = None
-        self.refused = False
-        self.done = False  # [DONE] came
-        self.other_choices: set[int] = set()
         self.error: ProviderStreamError | ProviderReportedError | None = None
-        self.data_bytes = 0  # bytes of the chunks' data: what a replay of the answer receives too
-        self.chunks = 0
-        self.last: str | None = None  # the last chunk's data, as sent
-
-    # -- what the answer says ----------------------------------------------------------------------
-
-    @property
-    def complete(self) -> bool:
-        """True once ``[DONE]`` or a finish reason came."""
-        return self.done or self.raw_finish is not None
-
-    @property
-    def finish_reason(self) -> str:
-        """ors_lab's finish reason for the answer (``finish_reason()``)."""
-        return finish_reason(self.raw_finish, refusal=self.refused)
+        self.chunks = 0  # events read (or 1: a whole-JSON answer)
+        self.data_bytes = 0
+        self.last: str | None = None  # the last event's data, as sent
 
     def where(self) -> str:
-        """How far the answer got: bytes and chunks received, the last chunk, a tool call left open."""
-        said = f"{self.chunks} chunks received ({self.data_bytes} bytes of chunk data)"
-        if self.last is not None:
-            last = self.last if len(self.last) <= _SHOWN else f"{self.last[:80]} ... {self.last[-(_SHOWN - 80) :]}"
-            said += f"; the last chunk: {last}"
-        if self.calls and not self.complete:
-            call = self.calls[-1]
-            said += f"; tool call {call.id} ({call.name or 'no name yet'}) was open"
-        return said
+        raise NotImplementedError
 
-    # -- reading -----------------------------------------------------------------------------------
+    def _take(self, event: ServerSentEvent, pieces: list[Piece]) -> None:
+        """Read one event of the stream, appending the pieces it completes."""
+        raise NotImplementedError
 
     def feed(self, data: bytes) -> list[Piece]:
         """The pieces ``data`` completes, in order (see the class docstring for ``error``)."""
@@ -193,15 +203,10 @@ class ChatAnswer:
             self.error = ProviderStreamError(f"the answer is not a readable event stream ({exc}); {self.where()}")
             return pieces
         for item in items:
-            if not isinstance(item, ServerSentEvent) or self.done:
-                continue
-            if item.data == "[DONE]":
-                self.done = True
-                continue
-            if not item.data and item.event is None:
+            if not isinstance(item, ServerSentEvent):
                 continue
             try:
-                self._chunk(self._parse(item.data), pieces)
+                self._take(item, pieces)
             except (ProviderStreamError, ProviderReportedError) as exc:
                 self.error = exc
                 return pieces
@@ -209,23 +214,13 @@ class ChatAnswer:
             self.error = ProviderStreamError(f"the answer is not a readable event stream ({self._sse.error})")
         return pieces
 
-    def close(self) -> list[Piece]:
-        """The end of the bytes: the pieces of a whole-JSON answer; ``IncompleteStreamError`` for an
-        answer that ended before its finish reason and ``[DONE]`` (its tool calls must not run)."""
-        if self.error is not None:
-            raise self.error
-        pieces: list[Piece] = []
-        if self._json:
-            text = b"".join(self._body).decode("utf-8", "replace")
-            whole = self._parse(text)
-            self._whole(whole, pieces)
-        if not self.complete:
-            raise IncompleteStreamError(
-                f"incomplete stream: the answer ended with no finish_reason and no [DONE]; {self.where()}"
-            )
-        return pieces
+    def _body_text(self) -> str:
+        """A whole-JSON answer's text, once its bytes ended."""
+        return b"".join(self._body).decode("utf-8", "replace")
 
-    def _parse(self, data: str) -> dict[str, Any]:
+    def _object(self, data: str) -> dict[str, Any]:
+        """An event's data (or the whole answer) as the JSON object it must be, counted; else
+        ``MalformedChunkError``."""
         self.chunks += 1
         self.data_bytes += len(data.encode())
         self.last = data
@@ -235,9 +230,86 @@ class ChatAnswer:
             value = None
         if not isinstance(value, dict):
             raise MalformedChunkError(
-                f"malformed chunk {self.chunks} of the answer (not a JSON object): {data[:_SHOWN]}",
+                f"malformed {self._unit} {self.chunks} of the answer (not a JSON object): {data[:_SHOWN]}",
                 chunk=data[:_SHOWN],
             )
+        return value
+
+
+def shown(text: str) -> str:
+    """An event's data as an error quotes it: whole up to ``_SHOWN`` characters, else its two ends."""
+    return text if len(text) <= _SHOWN else f"{text[:80]} ... {text[-(_SHOWN - 80) :]}"
+
+
+class ChatAnswer(StreamedAnswer):
+    """One chat-completions answer being decoded; see the module docstring.
+
+    After ``feed`` check ``error``: a bad chunk stops the answer there, ``feed`` returning the pieces
+    before it; every later ``feed`` raises it. ``close()`` ends the bytes.
+    """
+
+    def __init__(self, *, content_type: str | None = None, new_id: Any = None) -> None:
+        super().__init__(content_type)
+        self._new_id = new_id or (lambda: f"call-{len(self.calls) + 1}")
+        self.calls: list[ToolCall] = []
+        self._by_id: dict[str, ToolCall] = {}
+        self._by_index: dict[int, ToolCall] = {}
+        self.raw_finish: str | None = None
+        self.usage: dict[str, int | None] | None = None
+        self.model: str | None = None
+        self.refused = False
+        self.done = False  # [DONE] came
+        self.other_choices: set[int] = set()
+
+    # -- what the answer says ----------------------------------------------------------------------
+
+    @property
+    def complete(self) -> bool:
+        """True once ``[DONE]`` or a finish reason came."""
+        return self.done or self.raw_finish is not None
+
+    @property
+    def finish_reason(self) -> str:
+        """ors_lab's finish reason for the answer (``finish_reason()``)."""
+        return finish_reason(self.raw_finish, refusal=self.refused)
+
+    def where(self) -> str:
+        """How far the answer got: bytes and chunks received, the last chunk, a tool call left open."""
+        said = f"{self.chunks} chunks received ({self.data_bytes} bytes of chunk data)"
+        if self.last is not None:
+            said += f"; the last chunk: {shown(self.last)}"
+        if self.calls and not self.complete:
+            call = self.calls[-1]
+            said += f"; tool call {call.id} ({call.name or 'no name yet'}) was open"
+        return said
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def _take(self, event: ServerSentEvent, pieces: list[Piece]) -> None:
+        if self.done:
+            return
+        if event.data == "[DONE]":
+            self.done = True
+        elif event.data or event.event is not None:
+            self._chunk(self._parse(event.data), pieces)
+
+    def close(self) -> list[Piece]:
+        """The end of the bytes: the pieces of a whole-JSON answer; ``IncompleteStreamError`` for an
+        answer that ended before its finish reason and ``[DONE]`` (its tool calls must not run)."""
+        if self.error is not None:
+            raise self.error
+        pieces: list[Piece] = []
+        if self._json:
+            whole = self._parse(self._body_text())
+            self._whole(whole, pieces)
+        if not self.complete:
+            raise IncompleteStreamError(
+                f"incomplete stream: the answer ended with no finish_reason and no [DONE]; {self.where()}"
+            )
+        return pieces
+
+    def _parse(self, data: str) -> dict[str, Any]:
+        value = self._object(data)
         _raise_error_object(value)
         if isinstance(value.get("model"), str):
             self.model = value["model"]

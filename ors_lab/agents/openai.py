@@ -34,12 +34,12 @@ requests are matched by method, path and body).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx2
 
-from ors_lab.agents.chat import CallPiece, ChatAnswer, TextPiece, ToolCall, tool_input
+from ors_lab.agents.chat import Answer, CallPiece, ChatAnswer, TextPiece, ToolCall, tool_input
 from ors_lab.agents.episode import REPORTED, Episode, TextStream, error_event
 from ors_lab.agents.http import needs_credentials, recording_http_client
 from ors_lab.events import ToolInputDeltaEvent, ToolInputEndEvent, ToolInputStartEvent, ToolOutputErrorEvent
@@ -65,12 +65,14 @@ def function_tools(episode: Episode) -> list[dict[str, Any]]:
 
 
 class _Turn:
-    """One answer's pieces (``ors_lab.agents.chat``) turned into agent events as they arrive."""
+    """One answer's pieces turned into agent events as they arrive; ``decoder`` makes the answer's
+    decoder (``ChatAnswer``, or another wire format's with the same interface)."""
 
-    def __init__(self, episode: Episode) -> None:
+    def __init__(self, episode: Episode, decoder: Callable[..., Answer] = ChatAnswer) -> None:
         self.episode = episode
         self._new_id = lambda: episode.new_id("call")
-        self.answer = ChatAnswer(new_id=self._new_id)
+        self._decoder = decoder
+        self.answer: Answer = decoder(new_id=self._new_id)
         self.parts: dict[str, TextStream] = {}  # the open text, reasoning or refusal part (one at a time)
         self.content: list[str] = []
         self.refusal: list[str] = []
@@ -78,7 +80,7 @@ class _Turn:
 
     def begin(self, content_type: str | None) -> None:
         """The answer's headers came: its content type says whether it is a stream or one JSON object."""
-        self.answer = ChatAnswer(content_type=content_type, new_id=self._new_id)
+        self.answer = self._decoder(content_type=content_type, new_id=self._new_id)
 
     def _part(self, kind: str) -> TextStream:
         """The open part of ``kind``, opening it (and closing the other) when needed."""

@@ -484,11 +484,13 @@ class UsageEvent(AgentEvent):
 
 
 FINISH_REASONS = ("stop", "tool-calls", "client-tool-calls", "length", "content-filter", "error", "other", "refusal",
-                  "max-steps")  # fmt: skip
-"""The seed's finish reasons, and two of ours. The harness says ``stop`` when the agent ended its turn
+                  "max-steps", "pause-turn", "stop-sequence")  # fmt: skip
+"""The seed's finish reasons, and four of ours. The harness says ``stop`` when the agent ended its turn
 (the episode finished or the agent stopped), ``max-steps`` (ours) when its step limit ended it,
 ``error`` when it failed; an LLM agent passes on its model's last answer: ``length`` when the model
-ran out of tokens, ``content-filter``, ``refusal`` (ours) when the model refused."""
+ran out of tokens, ``content-filter``, ``refusal`` (ours) when the model refused, and Anthropic's
+``pause-turn`` (a long server-tool turn paused) and ``stop-sequence`` (one of the request's stop
+sequences ended it), ours too."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -510,20 +512,24 @@ ERROR_SOURCES = ("platform", "provider", "tool")
 
 @dataclass(slots=True, kw_only=True)
 class ErrorEvent(AgentEvent):
-    """A structured error, as the seed gives it; ``code`` is the exception's type name.
+    """A structured error, as the seed gives it; ``code`` is the exception's type name, or a provider's
+    code (``ANTHROPIC_429``); ``provider`` the provider's details when it failed (``{"name":
+    "anthropic", "statusCode": 429, "requestId": "req_..."}``).
 
     ``tool``, ``input`` and ``call`` say which tool call failed, when one did.
     """
 
     kind: ClassVar[str] = "error"
     TEXT: ClassVar[tuple[str, ...]] = ("error_type", "message", "source")
-    WIRE: ClassVar[tuple[str, ...]] = ("error_type", "message", "source", "retryable", "retry_after?", "code?")
+    WIRE: ClassVar[tuple[str, ...]] = ("error_type", "message", "source", "retryable", "retry_after?", "code?",
+                                       "provider?")  # fmt: skip
     error_type: str
     message: str
     source: str
     retryable: bool = False
     retry_after: float | str | None = None
     code: str | None = None
+    provider: Mapping[str, Any] | None = None
     tool: str | None = None
     input: Mapping[str, Any] | None = None
     call: int | None = None

@@ -44,7 +44,8 @@ def sse_data(data: bytes) -> list[str]:
     """The data of each complete SSE event, in order (comments and other fields skipped)."""
     events: list[str] = []
     lines: list[str] = []
-    for line in re.split(r"\r\n|\r|\n", data.decode("utf-8")):
+    # the last piece of the split has no line end after it: an unended line, or "" after the last line end
+    for line in re.split(r"\r\n|\r|\n", data.decode("utf-8"))[:-1]:
         if line == "":
             if lines:
                 events.append("\n".join(lines))

@@ -18,6 +18,12 @@ A request with a ``tool`` message (the agent's next turn, after tool results) ge
 the text "done.", finish_reason stop, then ``[DONE]``. ``content_type`` is ``text/event-stream``, or
 ``application/json`` for a fixture that is one JSON object. ``requests`` keeps the JSON body of
 every request, in order.
+
+``messages=True`` makes it an Anthropic Messages server: ``POST /v1/messages`` is answered, a
+request whose last message holds ``tool_result`` blocks gets ``AFTER_TOOL_RESULTS`` (the text
+"done.", ``end_turn``), and ``status`` / ``headers`` give the first answer's status line and extra
+headers (a ``429 Too Many Requests`` with ``retry-after`` and ``request-id``, say). ``headers_seen``
+keeps every request's headers.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import socket
 import threading
 from typing import Any, Self
 
-__all__ = ["AFTER_TOOLS", "MANNERS", "StreamServer", "written"]
+__all__ = ["AFTER_TOOLS", "AFTER_TOOL_RESULTS", "MANNERS", "StreamServer", "written"]
 
 MANNERS = ("whole", "split7", "crlf", "keepalive")
 _CHUNK = ('{"id":"chatcmpl-wild-after-tools","object":"chat.completion.chunk","created":0,"model":"wild",'
@@ -39,6 +45,20 @@ AFTER_TOOLS = (
     f'data: {_CHUNK}"delta":{{"role":"assistant","content":"done."}},"finish_reason":null}}]}}\n\n'
     f'data: {_CHUNK}"delta":{{}},"finish_reason":"stop"}}]}}\n\n'
     "data: [DONE]\n\n"
+).encode()
+
+_MESSAGE = '{"id":"msg_wild_after_tools","type":"message","role":"assistant","model":"wild","content":[]'
+AFTER_TOOL_RESULTS = (
+    f'event: message_start\ndata: {{"type":"message_start","message":{_MESSAGE},"stop_reason":null,'
+    '"usage":{"input_tokens":3,"output_tokens":1}}}\n\n'
+    'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text",'
+    '"text":""}}\n\n'
+    'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta",'
+    '"text":"done."}}\n\n'
+    'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+    'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},'
+    '"usage":{"output_tokens":2}}\n\n'
+    'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 ).encode()
 
 
@@ -58,12 +78,25 @@ def written(data: bytes, manner: str) -> list[bytes]:
 class StreamServer:
     """Serves one fixture's bytes to each episode's first request; see the module docstring."""
 
-    def __init__(self, fixture: bytes, *, manner: str = "whole", content_type: str = "text/event-stream") -> None:
+    def __init__(
+        self,
+        fixture: bytes,
+        *,
+        manner: str = "whole",
+        content_type: str = "text/event-stream",
+        messages: bool = False,
+        status: str = "200 OK",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         written(b"", manner)  # an unknown manner fails here, before any thread starts
         self.fixture = fixture
         self.manner = manner
         self.content_type = content_type
+        self.messages = messages
+        self.status = status
+        self.headers = dict(headers or {})
         self.requests: list[Any] = []
+        self.headers_seen: list[dict[str, str]] = []
         self.url = ""
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -103,7 +136,7 @@ class StreamServer:
             headers = {k.strip().lower(): v.strip() for k, v in headers.items()}
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             method, path, _ = request_line.split(" ", 2)
-            if (method, path) != ("POST", "/v1/chat/completions"):
+            if (method, path) != ("POST", "/v1/messages" if self.messages else "/v1/chat/completions"):
                 writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 return
             try:
@@ -111,13 +144,18 @@ class StreamServer:
             except ValueError:
                 request = None
             self.requests.append(request)
+            self.headers_seen.append(headers)
             messages = request.get("messages", []) if isinstance(request, dict) else []
+            status, extra = "200 OK", ""
             if any(isinstance(m, dict) and m.get("role") == "tool" for m in messages):
                 content_type, writes = "text/event-stream", [AFTER_TOOLS]
+            elif self.messages and _has_tool_results(messages):
+                content_type, writes = "text/event-stream", [AFTER_TOOL_RESULTS]
             else:
                 content_type, writes = self.content_type, written(self.fixture, self.manner)
-            writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nCache-Control: no-cache\r\n"
-                         "Connection: close\r\n\r\n".encode())  # fmt: skip
+                status, extra = self.status, "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nCache-Control: no-cache\r\n"
+                         f"{extra}Connection: close\r\n\r\n".encode())  # fmt: skip
             await writer.drain()
             for piece in writes:
                 writer.write(piece)
@@ -128,3 +166,10 @@ class StreamServer:
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
+
+
+def _has_tool_results(messages: list[Any]) -> bool:
+    """Whether the last message is a user message holding ``tool_result`` blocks (the agent's next turn)."""
+    last = messages[-1] if messages else None
+    content = last.get("content") if isinstance(last, dict) else None
+    return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
