@@ -47,11 +47,10 @@ from ors_lab.agents.chat import ToolCall, tool_input
 from ors_lab.agents.episode import REPORTED, Episode, error_event
 from ors_lab.agents.http import needs_credentials, recording_http_client
 from ors_lab.agents.messages import MessagesAnswer
-from ors_lab.agents.openai import _Turn
+from ors_lab.agents.openai import _mismatch, _stream, _Turn
 from ors_lab.events import ToolOutputErrorEvent
-from ors_lab.protocol.errors import ProviderError, ProviderReportedError, ProviderStreamError
+from ors_lab.protocol.errors import ProviderError, ProviderReportedError
 from ors_lab.protocol.models import Block, ImageBlock, TextBlock
-from ors_lab.protocol.replay import MISMATCH, REPLAY_HEADER, mismatch_error
 
 __all__ = ["AnthropicAgent", "anthropic_tools", "content_blocks"]
 
@@ -167,7 +166,8 @@ class AnthropicAgent:
                     seen: dict[str, Any] = {}
                     failure: Exception | None = None
                     try:
-                        await _stream(client, turn, seen, messages=messages, **request)
+                        await _stream(client.messages.with_streaming_response.create, turn,
+                                      anthropic.APIConnectionError, seen, messages=messages, **request)  # fmt: skip
                     except (anthropic.APIError, ProviderError) as exc:
                         failure = exc
                     finally:
@@ -193,30 +193,6 @@ class AnthropicAgent:
             await client.close()
 
 
-async def _stream(client: Any, turn: _Turn, seen: dict[str, Any], **request: Any) -> None:
-    """Send one Messages request and read its answer into ``turn``, byte for byte; ``seen`` gets the
-    answer's status and request id (for the error of an answer that fails in its stream)."""
-    import anthropic  # the optional extra: imported where it is used
-
-    try:
-        async with client.messages.with_streaming_response.create(stream=True, **request) as response:
-            seen.update(status=response.status_code, request_id=response.headers.get("request-id"))
-            turn.begin(response.headers.get("content-type"))
-            try:
-                async for data in response.iter_bytes():
-                    turn.feed(data)
-            except httpx2.TransportError as exc:
-                raise ProviderStreamError(
-                    f"the connection was cut while the answer streamed ({type(exc).__name__}), after "
-                    f"{turn.answer.where()}"
-                ) from exc
-            turn.close()
-    except anthropic.APIConnectionError as exc:  # no answer at all: say why, not only "Connection error."
-        cause = exc.__cause__
-        why = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
-        raise ProviderStreamError(f"the connection to the provider failed before any answer came ({why})") from exc
-
-
 async def _tool_result(episode: Episode, call: ToolCall) -> dict[str, Any]:
     """Run one tool call: its ``tool_result`` block (the output's text and images, or why it was not run)."""
     try:
@@ -237,13 +213,12 @@ def _reported(
 ) -> Exception:
     """The provider's failure (a replay's mismatch as a ``ReplayMismatchError``) published as the seed's
     structured error, with Anthropic's code and details, and noted so: the exception to raise."""
-    response = getattr(exc, "response", None)
-    if response is not None and response.headers.get(REPLAY_HEADER) == MISMATCH:
-        mismatch = mismatch_error(response.status_code, _body(response))
-        mismatch.__cause__ = exc
+    mismatch = _mismatch(exc)
+    if mismatch is not None:
         episode.publish(error_event(mismatch, source="provider"))
         mismatch.add_note(REPORTED)
         return mismatch
+    response = getattr(exc, "response", None)
     event = error_event(exc, source="provider")
     if response is not None:  # an HTTP error status
         status, request_id = response.status_code, response.headers.get("request-id")
@@ -257,10 +232,3 @@ def _reported(
     episode.publish(event)
     exc.add_note(REPORTED)
     return exc
-
-
-def _body(response: httpx2.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return response.text

@@ -235,7 +235,9 @@ class OpenAIAgent:
                     turn = _Turn(episode)
                     failure: Exception | None = None
                     try:
-                        await _stream(client, turn, model=self.model, messages=messages, tools=tools, **options)
+                        await _stream(client.chat.completions.with_streaming_response.create, turn,
+                                      openai.APIConnectionError, model=self.model, messages=messages, tools=tools,
+                                      **options)  # fmt: skip
                     except (openai.APIError, ProviderError) as exc:
                         failure = exc
                     finally:
@@ -260,25 +262,35 @@ class OpenAIAgent:
 def _reported(episode: Episode, exc: Exception) -> Exception:
     """The provider's failure (a replay's mismatch as a ``ReplayMismatchError``), published as the
     seed's structured error and noted so: the exception to raise."""
-    response = getattr(exc, "response", None)
-    if response is not None and response.headers.get(REPLAY_HEADER) == MISMATCH:
-        mismatch = mismatch_error(response.status_code, _body(response))
-        mismatch.__cause__ = exc
-        exc = mismatch
+    exc = _mismatch(exc) or exc
     episode.publish(error_event(exc, source="provider"))
     exc.add_note(REPORTED)
     return exc
 
 
-async def _stream(client: Any, turn: _Turn, **request: Any) -> None:
-    """Send one completion request and read its answer into ``turn``, byte for byte.
+def _mismatch(exc: Exception) -> Exception | None:
+    """A replay's answer to a request its trace lacks, as the ``ReplayMismatchError`` it stands for; else None."""
+    response = getattr(exc, "response", None)
+    if response is None or response.headers.get(REPLAY_HEADER) != MISMATCH:
+        return None
+    mismatch = mismatch_error(response.status_code, _body(response))
+    mismatch.__cause__ = exc
+    return mismatch
 
-    The SDK raises the HTTP errors (after its retries). A connection that fails before any answer,
-    or is cut while the answer streams, is a ``ProviderStreamError`` saying why and how far it got."""
-    import openai  # the optional extra: imported where it is used, as OpenAIAgent.run does
 
+async def _stream(
+    create: Any, turn: _Turn, connection_error: type[Exception], seen: dict[str, Any] | None = None, **request: Any
+) -> None:
+    """Send one request with an SDK's streaming ``create`` (chat completions, responses, messages) and read
+    its answer into ``turn``, byte for byte; ``seen`` gets the answer's status and ``request-id``.
+
+    The SDK raises the HTTP errors (after its retries). A connection that fails before any answer (the
+    SDK's ``connection_error``), or is cut while the answer streams, is a ``ProviderStreamError`` saying
+    why and how far it got."""
     try:
-        async with client.chat.completions.with_streaming_response.create(stream=True, **request) as response:
+        async with create(stream=True, **request) as response:
+            if seen is not None:
+                seen.update(status=response.status_code, request_id=response.headers.get("request-id"))
             turn.begin(response.headers.get("content-type"))
             try:
                 async for data in response.iter_bytes():
@@ -289,7 +301,7 @@ async def _stream(client: Any, turn: _Turn, **request: Any) -> None:
                     f"{turn.answer.where()}"
                 ) from exc
             turn.close()
-    except openai.APIConnectionError as exc:  # no answer at all: say why, not only "Connection error."
+    except connection_error as exc:  # no answer at all: say why, not only "Connection error."
         cause = exc.__cause__
         why = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
         raise ProviderStreamError(f"the connection to the provider failed before any answer came ({why})") from exc

@@ -40,9 +40,9 @@ import httpx2
 
 from ors_lab.agents.episode import Episode
 from ors_lab.agents.http import needs_credentials, recording_http_client
-from ors_lab.agents.openai import _reported, _run_tool, _Turn
+from ors_lab.agents.openai import _reported, _run_tool, _stream, _Turn
 from ors_lab.agents.responses import ResponsesAnswer
-from ors_lab.protocol.errors import ProviderError, ProviderStreamError
+from ors_lab.protocol.errors import ProviderError
 
 __all__ = ["OpenAIResponsesAgent", "response_tools"]
 
@@ -124,7 +124,9 @@ class OpenAIResponsesAgent:
                     turn = _Turn(episode, ResponsesAnswer)
                     failure: Exception | None = None
                     try:
-                        await _stream(client, turn, model=self.model, input=list(inputs), tools=tools, **options)
+                        await _stream(client.responses.with_streaming_response.create, turn,
+                                      openai.APIConnectionError, model=self.model, input=list(inputs), tools=tools,
+                                      **options)  # fmt: skip
                     except (openai.APIError, ProviderError) as exc:
                         failure = exc
                     finally:
@@ -154,26 +156,3 @@ def _summary(turn: _Turn) -> str:
     if isinstance(answer, ResponsesAnswer) and answer.incomplete:
         said += f" (incomplete: {answer.incomplete_reason or 'no reason given'})"
     return said
-
-
-async def _stream(client: Any, turn: _Turn, **request: Any) -> None:
-    """Send one response request and read its raw events into ``turn``, byte for byte (as
-    ``ors_lab.agents.openai`` does for chat completions: the SDK raises the HTTP errors)."""
-    import openai  # the optional extra: imported where it is used
-
-    try:
-        async with client.responses.with_streaming_response.create(stream=True, **request) as response:
-            turn.begin(response.headers.get("content-type"))
-            try:
-                async for data in response.iter_bytes():
-                    turn.feed(data)
-            except httpx2.TransportError as exc:
-                raise ProviderStreamError(
-                    f"the connection was cut while the answer streamed ({type(exc).__name__}), after "
-                    f"{turn.answer.where()}"
-                ) from exc
-            turn.close()
-    except openai.APIConnectionError as exc:
-        cause = exc.__cause__
-        why = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
-        raise ProviderStreamError(f"the connection to the provider failed before any answer came ({why})") from exc
