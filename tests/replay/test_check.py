@@ -221,7 +221,8 @@ async def test_slow_call_pings_pass_and_a_shorter_interval_reports_the_gap(
         1,
         stream.exchange,
     )
-    assert violation.message.startswith("10.")
+    gap = float(violation.message.split(" s of silence", 1)[0])  # the server's 10 s ping timer starts before task_id
+    assert 9.5 <= gap < 11, violation.message  # is sent: under load the client sees 9.99 s as well as 10.01 s
     assert "more than 7.5 s without a ping" in violation.message
 
 
