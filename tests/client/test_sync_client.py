@@ -135,7 +135,9 @@ async def main():
     with ol.Client(sys.argv[1], ping_interval=0.2) as client:
         with client.environment("echo").session(split="dev", index=0) as session:
             result = session.call("echo", {"text": "in a loop"})
-            await asyncio.sleep(1.0)  # the caller's loop is idle: pings run on it
+            deadline = asyncio.get_running_loop().time() + 10
+            while session.pings < 3 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.1)  # the caller's loop is idle: pings run on it
             print(client._runner.nested, result.text, session.pings, sep="|")
 
 asyncio.run(main())
@@ -143,7 +145,8 @@ asyncio.run(main())
 
 
 def test_sync_client_inside_a_running_loop(reference_server: Any) -> None:
-    """Inside asyncio.run, the sync client runs on that loop (nest_asyncio2) and keeps pinging.
+    """Inside asyncio.run, the sync client runs on that loop (nest_asyncio2) and keeps pinging: three pings
+    of 0.2 s come while the loop idles (within 10 s: a loaded server answers each ping late).
 
     It runs in a fresh interpreter: nest_asyncio2 patches asyncio for the whole process.
     """
