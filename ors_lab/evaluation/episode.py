@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ors_lab.agents.episode import CURRENT_EPISODE, REPORTED, Agent, Episode, StepLimitReached, error_event
+from ors_lab.agents.episode import CURRENT_EPISODE, Agent, Episode, StepLimitReached
+from ors_lab.agents.errors import REPORTED, error_event
 from ors_lab.analysis.reduce import Reduction, reduce_reward
 from ors_lab.client import AsyncClient, AsyncEnvironment
 from ors_lab.evaluation.specs import TaskSpecs
