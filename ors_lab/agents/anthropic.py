@@ -45,10 +45,10 @@ import httpx2
 
 from ors_lab.agents.chat import ToolCall, tool_input
 from ors_lab.agents.episode import Episode
-from ors_lab.agents.errors import REPORTED, error_event, provider_error
+from ors_lab.agents.errors import REPORTED, error_event, provider_error, replay_mismatch
 from ors_lab.agents.http import needs_credentials, recording_http_client
 from ors_lab.agents.messages import MessagesAnswer
-from ors_lab.agents.openai import _mismatch, _stream
+from ors_lab.agents.openai import _stream
 from ors_lab.agents.turn import Turn
 from ors_lab.events import ToolOutputErrorEvent
 from ors_lab.protocol.errors import ProviderError
@@ -214,7 +214,7 @@ def _reported(
 ) -> Exception:
     """The provider's failure (a replay's mismatch as a ``ReplayMismatchError``) published as the seed's
     structured error, with Anthropic's code and details, and noted so: the exception to raise."""
-    mismatch = _mismatch(exc)
+    mismatch = replay_mismatch(exc)
     if mismatch is not None:
         episode.publish(error_event(mismatch, source="provider"))
         mismatch.add_note(REPORTED)

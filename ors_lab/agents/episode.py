@@ -19,7 +19,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+import httpx
+import httpx2
+
 from ors_lab.agents.errors import REPORTED, error_event
+from ors_lab.agents.llm_client import HttpxTransport, async_llm_client, sync_llm_client
 from ors_lab.agents.turn import TextStream
 from ors_lab.client import AsyncSession
 from ors_lab.events import (
@@ -142,6 +146,7 @@ class Episode:
         max_steps: int | None,
         events: EventStream,
         task: Task | None = None,
+        llm_transport: Any = None,
     ) -> None:
         self.session = session
         self._task = task
@@ -156,6 +161,10 @@ class Episode:
         self.usage = Usage()
         self._ids = itertools.count(1)
         self._summaries: dict[str, str] = {}
+        self.llm_transport = llm_transport
+        self.llm_calls = 0  # the requests for a model's answer read through llm_client()
+        self.llm_reported: list[Any] = []  # the HTTP answers whose errors llm_client() published
+        self._llm_clients: list[httpx2.AsyncClient | httpx2.Client | httpx.AsyncClient] = []
 
     def __repr__(self) -> str:
         where = f"{self.split}[{self.index}]" if self.index is not None else repr(self.task)
@@ -191,6 +200,44 @@ class Episode:
     def done(self) -> bool:
         """True once the episode finished or the step limit is used up."""
         return self.finished or (self.max_steps is not None and len(self.steps) >= self.max_steps)
+
+    # -- the agent's own LLM client -------------------------------------------------------------
+
+    def llm_client(self, **kwargs: Any) -> httpx2.AsyncClient:
+        """The HTTP client to hand an official SDK as ``http_client=`` (``openai.AsyncOpenAI``,
+        ``anthropic.AsyncAnthropic``, or anything built on them): its traffic goes into the run's trace,
+        and the answers it reads in a known format (chat completions, Messages, Responses) are published
+        as agent events, so the agent's own loop streams live and replays (``evaluate(..., llm_replay=)``)
+        with no event code of its own (``ors_lab.agents.llm_client``). ``kwargs`` go to
+        ``httpx2.AsyncClient`` (``timeout`` 600 s unless given); the episode closes the client when it ends."""
+        client = async_llm_client(self, self.llm_transport, **kwargs)
+        self._llm_clients.append(client)
+        return client
+
+    def llm_client_httpx(self, **kwargs: Any) -> httpx.AsyncClient:
+        """``llm_client()`` as an ``httpx.AsyncClient``, for a framework still on httpx: the same recording.
+        ``kwargs`` go to ``httpx.AsyncClient``."""
+        kwargs.setdefault("timeout", 600.0)
+        inner = async_llm_client(self, self.llm_transport, follow_redirects=False)  # httpx follows them
+        client = httpx.AsyncClient(transport=HttpxTransport(inner), **kwargs)
+        self._llm_clients.append(client)
+        return client
+
+    def llm_client_sync(self, **kwargs: Any) -> httpx2.Client:
+        """``llm_client()`` for a sync SDK client (``openai.OpenAI``, ``anthropic.Anthropic``): an
+        ``httpx2.Client``; used from another thread, it hands its events to the episode's loop."""
+        client = sync_llm_client(self, self.llm_transport, **kwargs)
+        self._llm_clients.append(client)
+        return client
+
+    async def aclose(self) -> None:
+        """Close the LLM clients the episode made (the harness does, when the episode ends)."""
+        clients, self._llm_clients = self._llm_clients, []
+        for client in clients:
+            if isinstance(client, httpx2.Client):
+                client.close()
+            else:
+                await client.aclose()
 
     # -- what the agent does -------------------------------------------------------------------
 

@@ -5,10 +5,19 @@ note on an exception whose event was already published."""
 
 from __future__ import annotations
 
-from ors_lab.events import ErrorEvent
-from ors_lab.protocol.errors import EnvironmentStartingError, OutcomeUnknownError, ProviderReportedError
+from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["REPORTED", "error_event", "provider_error", "retryable_status"]
+from ors_lab.events import ErrorEvent
+from ors_lab.protocol.errors import (
+    EnvironmentStartingError,
+    OutcomeUnknownError,
+    ProviderReportedError,
+    ReplayMismatchError,
+)
+from ors_lab.protocol.replay import MISMATCH, REPLAY_HEADER, mismatch_error
+
+__all__ = ["REPORTED", "error_event", "provider_error", "replay_mismatch", "reported", "retryable_status"]
 
 REPORTED = "ors_lab: reported as an agent error event"
 """The note on an exception whose ``error`` event was already published (so the harness does not repeat it)."""
@@ -81,3 +90,47 @@ def provider_error(
         event.code = f"{prefix}_{exc.code}"
     event.provider = {"name": provider, "statusCode": status, "requestId": request_id}
     return event
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from or during (an SDK's error wraps the HTTP error behind it)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def replay_mismatch(exc: BaseException) -> ReplayMismatchError | None:
+    """A replay's answer to a request its trace lacks (behind ``exc`` or what caused it), as the
+    ``ReplayMismatchError`` it stands for; else None."""
+    for link in _chain(exc):
+        if isinstance(link, ReplayMismatchError):
+            return link
+        response = getattr(link, "response", None)
+        headers = getattr(response, "headers", None)
+        if headers is not None and headers.get(REPLAY_HEADER) == MISMATCH:
+            mismatch = mismatch_error(response.status_code, _body(response))  # type: ignore[union-attr]
+            mismatch.__cause__ = exc
+            return mismatch
+    return None
+
+
+def reported(exc: BaseException, responses: list[Any]) -> bool:
+    """True when ``exc``'s ``error`` event was already published: it (or what caused it) carries the
+    ``REPORTED`` note, or its HTTP answer is one of ``responses`` (those an episode's LLM client reported)."""
+    for link in _chain(exc):
+        if REPORTED in getattr(link, "__notes__", ()):
+            return True
+        response = getattr(link, "response", None)
+        if response is not None and any(response is r for r in responses):
+            return True
+    return False
+
+
+def _body(response: Any) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text

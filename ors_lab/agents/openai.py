@@ -41,12 +41,11 @@ import httpx2
 
 from ors_lab.agents.chat import ToolCall, tool_input
 from ors_lab.agents.episode import Episode
-from ors_lab.agents.errors import REPORTED, error_event
+from ors_lab.agents.errors import REPORTED, error_event, replay_mismatch
 from ors_lab.agents.http import needs_credentials, recording_http_client
 from ors_lab.agents.turn import Turn
 from ors_lab.events import ToolOutputErrorEvent
 from ors_lab.protocol.errors import ProviderError, ProviderStreamError
-from ors_lab.protocol.replay import MISMATCH, REPLAY_HEADER, mismatch_error
 
 __all__ = ["OpenAIAgent", "function_tools"]
 
@@ -173,20 +172,10 @@ class OpenAIAgent:
 def _reported(episode: Episode, exc: Exception) -> Exception:
     """The provider's failure (a replay's mismatch as a ``ReplayMismatchError``), published as the
     seed's structured error and noted so: the exception to raise."""
-    exc = _mismatch(exc) or exc
+    exc = replay_mismatch(exc) or exc
     episode.publish(error_event(exc, source="provider"))
     exc.add_note(REPORTED)
     return exc
-
-
-def _mismatch(exc: Exception) -> Exception | None:
-    """A replay's answer to a request its trace lacks, as the ``ReplayMismatchError`` it stands for; else None."""
-    response = getattr(exc, "response", None)
-    if response is None or response.headers.get(REPLAY_HEADER) != MISMATCH:
-        return None
-    mismatch = mismatch_error(response.status_code, _body(response))
-    mismatch.__cause__ = exc
-    return mismatch
 
 
 async def _stream(
@@ -228,10 +217,3 @@ async def _run_tool(episode: Episode, call: ToolCall) -> str:
         return f"error: {message}"
     result = await episode.call(call.name, arguments, tool_call_id=call.id)
     return result.text if result.ok else f"error: {result.text}"
-
-
-def _body(response: httpx2.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return response.text
