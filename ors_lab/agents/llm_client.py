@@ -34,7 +34,7 @@ import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import httpx
 import httpx2
@@ -42,13 +42,21 @@ import httpx2
 from ors_lab.agents.chat import Answer
 from ors_lab.agents.errors import error_event, provider_error, replay_mismatch
 from ors_lab.agents.turn import Publisher, Turn, decoder_for
-from ors_lab.client import ExchangeTap, RecordingTransport, SyncRecordingTransport
+from ors_lab.client import AsyncSession, ExchangeTap, RecordingTransport, SyncRecordingTransport
 from ors_lab.events import AgentEvent, BlockEndEvent, BlockStartEvent, EventStream
 from ors_lab.protocol.errors import ProviderError, ProviderStatusError, ProviderStreamError
 from ors_lab.protocol.replay import MISMATCH, REPLAY_HEADER
 
-if TYPE_CHECKING:
-    from ors_lab.agents.episode import Episode
+
+class Episode(Publisher, Protocol):
+    """What the client needs of its episode (``ors_lab.agents.episode.Episode``, which imports this module)."""
+
+    events: EventStream
+    session: AsyncSession
+    rollout: int
+    llm_calls: int
+    llm_reported: list[Any]
+
 
 __all__ = ["DecodingTransport", "HttpxTransport", "SyncDecodingTransport", "async_llm_client", "sync_llm_client"]
 

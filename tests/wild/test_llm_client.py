@@ -220,3 +220,25 @@ def test_outside_a_listened_run_the_client_only_passes_bytes(ors_sdk_server: Any
         assert len(llm.requests) == 1
     [row] = result.episodes.to_dict("records")
     assert row["error"] is None and row["finish_reason"] == "stop"
+
+
+def test_the_committed_claude_run_replays_offline() -> None:
+    """recordings/claude-arithmetic.parquet (an agent of its own on Anthropic's SDK, recordings/claude_agent.py)
+    replays with no server, model or key: the same rewards and agent events; its transcripts hold the thinking,
+    the text and the submit calls."""
+    from recordings.claude_agent import ClaudeLoop
+
+    path = Path(__file__).resolve().parents[2] / "recordings" / "claude-arithmetic.parquet"
+    trace = ol.load_trace(path)
+    events: list[AgentEvent] = []
+    with ol.ReplayServer(trace, speed=0) as server, ol.Client(server.url) as client:
+        result = ol.evaluate(client.environment("arithmetic"), ClaudeLoop("scripted-claude"), split="test", rollouts=2,
+                             progress=False, subscribe=events.append, llm_replay=trace)  # fmt: skip
+    recorded = trace.episodes.sort_values(["task_index", "rollout"])
+    replayed = result.episodes.sort_values(["task_index", "rollout"])
+    assert list(replayed["reward"]) == list(recorded["reward"]) and sum(replayed["reward"]) == 16.0
+    kinds = ("reasoning-delta", "text-delta", "tool-input-delta", "usage")
+    assert sum(e.type in kinds for e in events) == sum(e["type"] in kinds for e in agent_events(trace))
+    turns = trace.transcripts
+    assert turns["reasoning"].str.contains("I know this one").any() and turns["text"].str.contains("I will submit").any()
+    assert turns["tool_calls"].str.startswith("submit(").any() and (turns["block"] == "llm call 1").any()
