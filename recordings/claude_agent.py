@@ -25,8 +25,10 @@ class ClaudeLoop:
                       for t in episode.tools]  # fmt: skip
         messages: list[Any] = [{"role": "user", "content": episode.prompt_text}]
         while not episode.done:
-            async with client.messages.stream(model=self.model, max_tokens=2048, tools=tools, messages=messages,
-                                              thinking={"type": "enabled", "budget_tokens": 1024}) as stream:  # fmt: skip
+            thinking: Any = {"type": "enabled", "budget_tokens": 1024}
+            async with client.messages.stream(
+                model=self.model, max_tokens=2048, tools=tools, messages=messages, thinking=thinking
+            ) as stream:
                 message = await stream.get_final_message()
             messages.append({"role": "assistant", "content": message.content})
             uses = [block for block in message.content if block.type == "tool_use"]

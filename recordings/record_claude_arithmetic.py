@@ -32,9 +32,11 @@ def main() -> None:
     for path in (TRACE, TRACE.with_name(TRACE.name + ".parts")):
         if path.exists():
             raise SystemExit(f"{path} exists: remove it first (a run would resume it)")
-    with serve() as server, ol.Client(server.url) as client, LLMServer(
-        answers, model=MODEL, modes={tasks[5]["question"]: "text"}
-    ) as llm:
+    with (
+        serve() as server,
+        ol.Client(server.url) as client,
+        LLMServer(answers, model=MODEL, modes={tasks[5]["question"]: "text"}) as llm,
+    ):
         agent = ClaudeLoop(MODEL, base_url=llm.url, api_key=llm.api_key)
         result = ol.evaluate(client.environment("arithmetic"), agent, split="test", rollouts=2, concurrency=4,
                              record=TRACE, progress=False)  # fmt: skip

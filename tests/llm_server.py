@@ -31,8 +31,8 @@ Each request is checked as a real provider would: ``Authorization: Bearer <api_k
 otherwise), the ``model`` (404), ``stream: true`` (400: this server only streams) and ``tools``
 given as function tools (400). ``POST /v1/messages`` is Anthropic's Messages API saying the same
 script, streamed as Anthropic streams it (a thinking block with its signature, a text block, a
-``tool_use`` block; ``end_turn`` after ``tool_result`` blocks), with the key in ``x-api-key`` or as a bearer token (SDK 2.16 sends that).
-``requests`` keeps every request that arrived (headers and JSON
+``tool_use`` block; ``end_turn`` after ``tool_result`` blocks), with the key in ``x-api-key`` or as
+a bearer token (SDK 2.16 sends that). ``requests`` keeps every request that arrived (headers and JSON
 body) and ``streamed`` what each streamed answer said (reasoning, text, tool-call arguments).
 """
 
