@@ -29,7 +29,10 @@ the text as lists of content parts, as Mistral does (``[{"type": "thinking", "th
 
 Each request is checked as a real provider would: ``Authorization: Bearer <api_key>`` (401
 otherwise), the ``model`` (404), ``stream: true`` (400: this server only streams) and ``tools``
-given as function tools (400). ``requests`` keeps every request that arrived (headers and JSON
+given as function tools (400). ``POST /v1/messages`` is Anthropic's Messages API saying the same
+script, streamed as Anthropic streams it (a thinking block with its signature, a text block, a
+``tool_use`` block; ``end_turn`` after ``tool_result`` blocks), with the key in ``x-api-key`` or as
+a bearer token (SDK 2.16 sends that). ``requests`` keeps every request that arrived (headers and JSON
 body) and ``streamed`` what each streamed answer said (reasoning, text, tool-call arguments).
 """
 
@@ -112,6 +115,11 @@ def _error(status: int, message: str, kind: str, code: str | None = None, **head
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def _anthropic_error(status: int, kind: str, message: str) -> JSONResponse:
+    """An Anthropic error body."""
+    return JSONResponse({"type": "error", "error": {"type": kind, "message": message}}, status_code=status)
+
+
 class Cut(Exception):
     """Raised inside a streamed answer to drop the connection (uvicorn ends it without the last chunk)."""
 
@@ -145,7 +153,8 @@ class LLMServer:
         self.url = ""
         self._lock = threading.Lock()
         self._stack = ExitStack()
-        self.app = Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])])
+        self.app = Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"]),
+                                     Route("/v1/messages", self._messages, methods=["POST"])])  # fmt: skip
 
     def __enter__(self) -> Self:
         self.url = self._stack.enter_context(serve_app(self.app, quiet=(Cut,)))
@@ -197,6 +206,74 @@ class LLMServer:
         include_usage = bool((body.get("stream_options") or {}).get("include_usage")) or self.usage
         chunks = self._sse(streamed, _seed(messages), include_usage, cut=mode == "cut", parts=mode == "parts")
         return StreamingResponse(chunks, media_type="text/event-stream")
+
+    async def _messages(self, request: Request) -> Response:
+        """Anthropic's Messages API, streamed, saying what ``_script`` says (see the module docstring)."""
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        with self._lock:
+            self.requests.append(Seen(request.url.path, dict(request.headers), body))
+        if self.api_key not in (request.headers.get("x-api-key"), request.headers.get("authorization", "")[7:]):
+            return _anthropic_error(401, "authentication_error", "invalid x-api-key")
+        if not isinstance(body, dict) or body.get("model") != self.model:
+            return _anthropic_error(404, "not_found_error", f"model: {body.get('model') if body else None}")
+        if body.get("stream") is not True:
+            return _anthropic_error(400, "invalid_request_error", "This test server only streams: send stream: true.")
+        tools = body.get("tools")
+        if not isinstance(tools, list) or not any(isinstance(t, dict) and t.get("name") == "submit" for t in tools):
+            return _anthropic_error(400, "invalid_request_error", "This test server answers with the `submit` tool.")
+        messages = body.get("messages") or []
+        last = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
+        followed = isinstance(last, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in last)
+        question = self._question(messages)
+        if followed:
+            streamed = Streamed(question, text=list(AFTER_TOOL), finish_reason="stop")
+        else:
+            streamed = self._script([], question, self.modes.get(question or "", self.mode))
+        with self._lock:
+            self.streamed.append(streamed)
+        return StreamingResponse(self._message_events(streamed, _seed(messages)), media_type="text/event-stream")
+
+    async def _message_events(self, streamed: Streamed, seed: str) -> AsyncIterator[bytes]:
+        """The answer as Anthropic streams it: a thinking block with its signature, a text block, a tool_use block."""
+
+        def event(name: str, value: dict[str, Any]) -> bytes:
+            return f"event: {name}\ndata: {json.dumps({'type': name, **value})}\n\n".encode()
+
+        usage = {"input_tokens": PROMPT_TOKENS - CACHED_TOKENS, "cache_creation_input_tokens": 0,
+                 "cache_read_input_tokens": CACHED_TOKENS, "output_tokens": 1}  # fmt: skip
+        message = {"id": f"msg_{seed}", "type": "message", "role": "assistant", "model": self.model, "content": [],
+                   "stop_reason": None, "stop_sequence": None, "usage": usage}  # fmt: skip
+        yield event("message_start", {"message": message})
+        yield event("ping", {})
+        blocks: list[tuple[dict[str, Any], str, str, list[str]]] = []
+        if streamed.reasoning:
+            blocks.append(({"type": "thinking", "thinking": "", "signature": ""}, "thinking_delta", "thinking",
+                           streamed.reasoning))  # fmt: skip
+        if streamed.text:
+            blocks.append(({"type": "text", "text": ""}, "text_delta", "text", streamed.text))
+        if streamed.tool_call_id is not None:
+            use = {"type": "tool_use", "id": streamed.tool_call_id.replace("call_", "toolu_"), "name": "submit",
+                   "input": {}}  # fmt: skip
+            blocks.append((use, "input_json_delta", "partial_json", streamed.arguments))
+        for index, (start, kind, field_name, deltas) in enumerate(blocks):
+            yield event("content_block_start", {"index": index, "content_block": start})
+            for delta in deltas:
+                yield event("content_block_delta", {"index": index, "delta": {"type": kind, field_name: delta}})
+                await asyncio.sleep(0)
+            if start["type"] == "thinking":
+                signature = "sig-" + hashlib.sha256("".join(deltas).encode()).hexdigest()[:32]
+                yield event("content_block_delta", {"index": index, "delta": {"type": "signature_delta",
+                                                                              "signature": signature}})  # fmt: skip
+            yield event("content_block_stop", {"index": index})
+        stop = "tool_use" if streamed.finish_reason == "tool_calls" else "end_turn"
+        output = usage_of(streamed)["completion_tokens"]
+        yield event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
+                                      "usage": {"output_tokens": output}})  # fmt: skip
+        yield event("message_stop", {})
 
     def _question(self, messages: list[dict[str, Any]]) -> str | None:
         """The question of ``answers`` the user asked (the longest one found in the prompt)."""

@@ -10,8 +10,8 @@ from ors_lab.agents.episode import (
     StepLimitReached,
     TextStream,
     Usage,
-    error_event,
 )
+from ors_lab.agents.errors import error_event
 from ors_lab.agents.http import recording_http_client
 from ors_lab.agents.openai import OpenAIAgent
 from ors_lab.agents.openai_responses import OpenAIResponsesAgent

@@ -44,18 +44,19 @@ from typing import Any
 import httpx2
 
 from ors_lab.agents.chat import ToolCall, tool_input
-from ors_lab.agents.episode import REPORTED, Episode, error_event
+from ors_lab.agents.episode import Episode
+from ors_lab.agents.errors import REPORTED, error_event, provider_error, replay_mismatch
 from ors_lab.agents.http import needs_credentials, recording_http_client
 from ors_lab.agents.messages import MessagesAnswer
-from ors_lab.agents.openai import _mismatch, _stream, _Turn
+from ors_lab.agents.openai import _stream
+from ors_lab.agents.turn import Turn
 from ors_lab.events import ToolOutputErrorEvent
-from ors_lab.protocol.errors import ProviderError, ProviderReportedError
+from ors_lab.protocol.errors import ProviderError
 from ors_lab.protocol.models import Block, ImageBlock, TextBlock
 
 __all__ = ["AnthropicAgent", "anthropic_tools", "content_blocks"]
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
-_RETRYABLE = (408, 409, 429)  # and every 5xx: what the API says to retry, as the SDK does
 
 
 def anthropic_tools(episode: Episode) -> list[dict[str, Any]]:
@@ -162,7 +163,7 @@ class AnthropicAgent:
             while not episode.done:
                 turns += 1
                 with episode.block(f"turn {turns}") as block:
-                    turn = _Turn(episode, MessagesAnswer)
+                    turn = Turn(episode, MessagesAnswer)
                     seen: dict[str, Any] = {}
                     failure: Exception | None = None
                     try:
@@ -213,22 +214,12 @@ def _reported(
 ) -> Exception:
     """The provider's failure (a replay's mismatch as a ``ReplayMismatchError``) published as the seed's
     structured error, with Anthropic's code and details, and noted so: the exception to raise."""
-    mismatch = _mismatch(exc)
+    mismatch = replay_mismatch(exc)
     if mismatch is not None:
         episode.publish(error_event(mismatch, source="provider"))
         mismatch.add_note(REPORTED)
         return mismatch
-    response = getattr(exc, "response", None)
-    event = error_event(exc, source="provider")
-    if response is not None:  # an HTTP error status
-        status, request_id = response.status_code, response.headers.get("request-id")
-    code = exc.status_code if isinstance(exc, ProviderReportedError) else getattr(exc, "status_code", None)
-    if isinstance(code, int):
-        event.code = f"ANTHROPIC_{code}"
-        event.retryable = code in _RETRYABLE or code >= 500
-    elif isinstance(exc, ProviderReportedError) and exc.code:
-        event.code = f"ANTHROPIC_{exc.code}"
-    event.provider = {"name": "anthropic", "statusCode": status, "requestId": request_id}
+    event = provider_error(exc, "anthropic", status=status, request_id=request_id)
     episode.publish(event)
     exc.add_note(REPORTED)
     return exc

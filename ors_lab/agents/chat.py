@@ -157,6 +157,8 @@ class Answer(Protocol):
 
     def where(self) -> str: ...
 
+    def summary(self) -> str: ...
+
 
 class StreamedAnswer:
     """What every wire format's decoder does alike (``ChatAnswer``, ``ResponsesAnswer``, ``MessagesAnswer``):
@@ -179,6 +181,14 @@ class StreamedAnswer:
 
     def where(self) -> str:
         raise NotImplementedError
+
+    @property
+    def finish_reason(self) -> str:
+        raise NotImplementedError
+
+    def summary(self) -> str:
+        """What the answer came to, as its block-end says: its finish reason (a format adds what else it knows)."""
+        return f"finish: {self.finish_reason}"
 
     def _take(self, event: ServerSentEvent, pieces: list[Piece]) -> None:
         """Read one event of the stream, appending the pieces it completes."""
@@ -272,6 +282,15 @@ class ChatAnswer(StreamedAnswer):
     def finish_reason(self) -> str:
         """ors_lab's finish reason for the answer (``finish_reason()``)."""
         return finish_reason(self.raw_finish, refusal=self.refused)
+
+    def summary(self) -> str:
+        """The finish reason, and the other choices that came and were ignored."""
+        said = super().summary()
+        others = len(self.other_choices)
+        if others:
+            said += f"; {others} other choice{'s' if others > 1 else ''} came and {'were' if others > 1 else 'was'} "
+            said += "ignored (only choice 0 is read)"
+        return said
 
     def where(self) -> str:
         """How far the answer got: bytes and chunks received, the last chunk, a tool call left open."""

@@ -13,44 +13,41 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+import httpx
+import httpx2
+
+from ors_lab.agents.errors import REPORTED, error_event
+from ors_lab.agents.llm_client import HttpxTransport, async_llm_client, sync_llm_client
+from ors_lab.agents.turn import TextStream
 from ors_lab.client import AsyncSession
 from ors_lab.events import (
     AgentEvent,
     BlockEndEvent,
     BlockStartEvent,
-    ErrorEvent,
     EventStream,
-    ReasoningDeltaEvent,
-    ReasoningEndEvent,
-    ReasoningStartEvent,
     RewardEvent,
-    TextDeltaEvent,
-    TextEndEvent,
-    TextStartEvent,
     ToolInputAvailableEvent,
     ToolOutputAvailableEvent,
     ToolOutputErrorEvent,
     UsageEvent,
 )
-from ors_lab.protocol.errors import EnvironmentStartingError, ORSError, OutcomeUnknownError
+from ors_lab.protocol.errors import ORSError
 from ors_lab.protocol.models import Block, Task, TextBlock, ToolResult, ToolSpec
 
 __all__ = [
     "CURRENT_EPISODE",
-    "REPORTED",
     "Agent",
     "Episode",
     "Step",
     "StepLimitReached",
     "TextStream",
     "Usage",
-    "error_event",
     "prompt_text",
 ]
 
@@ -58,10 +55,6 @@ __all__ = [
 CURRENT_EPISODE: ContextVar[Episode | None] = ContextVar("ors_lab_current_episode", default=None)
 """The episode the running code belongs to (the harness sets it around ``agent.run``): how the
 agent's own HTTP traffic finds the stream and session it belongs to, live and in replay."""
-
-
-REPORTED = "ors_lab: reported as an agent error event"
-"""The note on an exception whose ``error`` event was already published (so the harness does not repeat it)."""
 
 
 class StepLimitReached(Exception):
@@ -132,84 +125,6 @@ def prompt_text(blocks: list[Block]) -> str:
     return "\n\n".join(b.text if isinstance(b, TextBlock) else "[image]" for b in blocks)
 
 
-def error_event(exc: BaseException, *, source: str) -> ErrorEvent:
-    """The seed's structured error for an exception, from ``source`` (``platform``, ``provider`` or ``tool``).
-
-    ``error_type`` is one of the seed's: ``rate_limit_error`` for a 429, ``authentication_error``
-    for a 401 or 403, ``provider_overloaded`` for a provider's 503 or 529 and ``provider_error`` for
-    its other failures, ``tool_error`` for the environment's, ``internal_error`` for the harness's
-    and the agent's own; ``code`` is the exception's type. ``retryable`` and ``retry_after`` come
-    from the HTTP answer behind the exception when it has one (429, 502, 503 and 504 are retryable,
-    and ``Retry-After`` seconds are passed on); an ``OutcomeUnknownError`` never is, whatever its
-    status: the tool may have run.
-    """
-    status = getattr(exc, "status_code", None)
-    if status == 429:
-        kind = "rate_limit_error"
-    elif status in (401, 403):
-        kind = "authentication_error"
-    elif source == "provider":
-        kind = "provider_overloaded" if status in (503, 529) else "provider_error"
-    elif source == "tool":
-        kind = "tool_error"
-    else:
-        kind = "internal_error"
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    retry_after: float | str | None = headers.get("retry-after") if headers is not None else None
-    try:
-        if retry_after is not None:
-            retry_after = float(retry_after)
-    except ValueError:  # an HTTP date: keep the text
-        pass
-    return ErrorEvent(
-        error_type=kind,
-        message=str(exc) or type(exc).__name__,
-        source=source,
-        retryable=(status in (429, 502, 503, 504, 529) and not isinstance(exc, OutcomeUnknownError))
-        or isinstance(exc, EnvironmentStartingError),
-        retry_after=retry_after,
-        code=type(exc).__name__,
-    )
-
-
-class TextStream:
-    """A text or reasoning part being streamed: ``write(delta)`` publishes one delta event."""
-
-    _EVENTS: ClassVar[dict[str, tuple[Callable[..., AgentEvent], ...]]] = {
-        "text": (TextStartEvent, TextDeltaEvent, TextEndEvent),
-        "reasoning": (ReasoningStartEvent, ReasoningDeltaEvent, ReasoningEndEvent),
-    }
-
-    def __init__(self, episode: Episode, kind: str, part_id: str) -> None:
-        if kind not in self._EVENTS:
-            raise ValueError(f"a part is text or reasoning, not {kind!r}")
-        self._episode = episode
-        self.kind = kind
-        self.id = part_id
-        self.parts: list[str] = []
-        self._start, self._delta, self._end = self._EVENTS[kind]
-
-    def start(self) -> None:
-        """Begin the part (its ``-start`` event)."""
-        self._episode.publish(self._start(id=self.id))
-
-    def write(self, delta: str) -> None:
-        """Stream ``delta`` (an empty string publishes nothing)."""
-        if delta:
-            self.parts.append(delta)
-            self._episode.publish(self._delta(id=self.id, delta=delta))
-
-    def close(self) -> None:
-        """End the part (its ``-end`` event)."""
-        self._episode.publish(self._end(id=self.id))
-
-    @property
-    def text(self) -> str:
-        """Everything written so far."""
-        return "".join(self.parts)
-
-
 class Episode:
     """One episode of an evaluation: a live session on one task, for one rollout.
 
@@ -231,6 +146,7 @@ class Episode:
         max_steps: int | None,
         events: EventStream,
         task: Task | None = None,
+        llm_transport: Any = None,
     ) -> None:
         self.session = session
         self._task = task
@@ -245,6 +161,10 @@ class Episode:
         self.usage = Usage()
         self._ids = itertools.count(1)
         self._summaries: dict[str, str] = {}
+        self.llm_transport = llm_transport
+        self.llm_calls = 0  # the requests for a model's answer read through llm_client()
+        self.llm_reported: list[Any] = []  # the HTTP answers whose errors llm_client() published
+        self._llm_clients: list[httpx2.AsyncClient | httpx2.Client | httpx.AsyncClient] = []
 
     def __repr__(self) -> str:
         where = f"{self.split}[{self.index}]" if self.index is not None else repr(self.task)
@@ -280,6 +200,44 @@ class Episode:
     def done(self) -> bool:
         """True once the episode finished or the step limit is used up."""
         return self.finished or (self.max_steps is not None and len(self.steps) >= self.max_steps)
+
+    # -- the agent's own LLM client -------------------------------------------------------------
+
+    def llm_client(self, **kwargs: Any) -> httpx2.AsyncClient:
+        """The HTTP client to hand an official SDK as ``http_client=`` (``openai.AsyncOpenAI``,
+        ``anthropic.AsyncAnthropic``, or anything built on them): its traffic goes into the run's trace,
+        and the answers it reads in a known format (chat completions, Messages, Responses) are published
+        as agent events, so the agent's own loop streams live and replays (``evaluate(..., llm_replay=)``)
+        with no event code of its own (``ors_lab.agents.llm_client``). ``kwargs`` go to
+        ``httpx2.AsyncClient`` (``timeout`` 600 s unless given); the episode closes the client when it ends."""
+        client = async_llm_client(self, self.llm_transport, **kwargs)
+        self._llm_clients.append(client)
+        return client
+
+    def llm_client_httpx(self, **kwargs: Any) -> httpx.AsyncClient:
+        """``llm_client()`` as an ``httpx.AsyncClient``, for a framework still on httpx: the same recording.
+        ``kwargs`` go to ``httpx.AsyncClient``."""
+        kwargs.setdefault("timeout", 600.0)
+        inner = async_llm_client(self, self.llm_transport, follow_redirects=False)  # httpx follows them
+        client = httpx.AsyncClient(transport=HttpxTransport(inner), **kwargs)
+        self._llm_clients.append(client)
+        return client
+
+    def llm_client_sync(self, **kwargs: Any) -> httpx2.Client:
+        """``llm_client()`` for a sync SDK client (``openai.OpenAI``, ``anthropic.Anthropic``): an
+        ``httpx2.Client``; used from another thread, it hands its events to the episode's loop."""
+        client = sync_llm_client(self, self.llm_transport, **kwargs)
+        self._llm_clients.append(client)
+        return client
+
+    async def aclose(self) -> None:
+        """Close the LLM clients the episode made (the harness does, when the episode ends)."""
+        clients, self._llm_clients = self._llm_clients, []
+        for client in clients:
+            if isinstance(client, httpx2.Client):
+                client.close()
+            else:
+                await client.aclose()
 
     # -- what the agent does -------------------------------------------------------------------
 

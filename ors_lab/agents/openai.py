@@ -34,17 +34,18 @@ requests are matched by method, path and body).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx2
 
-from ors_lab.agents.chat import Answer, CallPiece, ChatAnswer, TextPiece, ToolCall, tool_input
-from ors_lab.agents.episode import REPORTED, Episode, TextStream, error_event
+from ors_lab.agents.chat import ToolCall, tool_input
+from ors_lab.agents.episode import Episode
+from ors_lab.agents.errors import REPORTED, error_event, replay_mismatch
 from ors_lab.agents.http import needs_credentials, recording_http_client
-from ors_lab.events import ToolInputDeltaEvent, ToolInputEndEvent, ToolInputStartEvent, ToolOutputErrorEvent
+from ors_lab.agents.turn import Turn
+from ors_lab.events import ToolOutputErrorEvent
 from ors_lab.protocol.errors import ProviderError, ProviderStreamError
-from ors_lab.protocol.replay import MISMATCH, REPLAY_HEADER, mismatch_error
 
 __all__ = ["OpenAIAgent", "function_tools"]
 
@@ -62,97 +63,6 @@ def function_tools(episode: Episode) -> list[dict[str, Any]]:
         }
         for spec in episode.tools
     ]
-
-
-class _Turn:
-    """One answer's pieces turned into agent events as they arrive; ``decoder`` makes the answer's
-    decoder (``ChatAnswer``, or another wire format's with the same interface)."""
-
-    def __init__(self, episode: Episode, decoder: Callable[..., Answer] = ChatAnswer) -> None:
-        self.episode = episode
-        self._new_id = lambda: episode.new_id("call")
-        self._decoder = decoder
-        self.answer: Answer = decoder(new_id=self._new_id)
-        self.parts: dict[str, TextStream] = {}  # the open text, reasoning or refusal part (one at a time)
-        self.content: list[str] = []
-        self.refusal: list[str] = []
-        self.started: list[ToolCall] = []
-
-    def begin(self, content_type: str | None) -> None:
-        """The answer's headers came: its content type says whether it is a stream or one JSON object."""
-        self.answer = self._decoder(content_type=content_type, new_id=self._new_id)
-
-    def _part(self, kind: str) -> TextStream:
-        """The open part of ``kind``, opening it (and closing the other) when needed."""
-        part = self.parts.get(kind)
-        if part is None:
-            self._close()
-            event_kind = "reasoning" if kind == "reasoning" else "text"
-            part = self.parts[kind] = TextStream(self.episode, event_kind, self.episode.new_id(kind))
-            part.start()
-        return part
-
-    def _close(self) -> None:
-        for part in self.parts.values():
-            part.close()
-        self.parts.clear()
-
-    def take(self, pieces: list[TextPiece | CallPiece]) -> None:
-        for piece in pieces:
-            if isinstance(piece, TextPiece):
-                if piece.kind == "text":
-                    self.content.append(piece.text)
-                elif piece.kind == "refusal":
-                    self.refusal.append(piece.text)
-                self._part(piece.kind).write(piece.text)
-                continue
-            self._close()
-            call = piece.call
-            if piece.started:
-                self.started.append(call)
-                self.episode.publish(ToolInputStartEvent(tool_call_id=call.id, tool_name=call.name))
-            if piece.arguments:
-                self.episode.publish(ToolInputDeltaEvent(tool_call_id=call.id, input_text_delta=piece.arguments))
-
-    def feed(self, data: bytes) -> None:
-        """Some of the answer's bytes; raises what the decoder found wrong, after the pieces before it."""
-        self.take(self.answer.feed(data))
-        if self.answer.error is not None:
-            raise self.answer.error
-
-    def close(self) -> None:
-        """The answer's bytes ended; raises ``IncompleteStreamError`` if it was cut short."""
-        self.take(self.answer.close())
-
-    def end(self, model: str) -> None:
-        """The turn is over, however it ended: parts and tool inputs closed, usage counted, summary given."""
-        self._close()
-        for call in self.started:
-            self.episode.publish(ToolInputEndEvent(tool_call_id=call.id))
-        usage = self.answer.usage
-        if usage is not None:
-            self.episode.record_usage(**usage, model=model)
-
-    def summary(self) -> str:
-        """The turn's block-end summary: its finish reason, and the choices that were ignored."""
-        said = f"finish: {self.answer.finish_reason}"
-        others = len(self.answer.other_choices)
-        if others:
-            said += f"; {others} other choice{'s' if others > 1 else ''} came and {'were' if others > 1 else 'was'} "
-            said += "ignored (only choice 0 is read)"
-        return said
-
-    def message(self) -> dict[str, Any]:
-        """The assistant message to send back in the next turn."""
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
-        if self.refusal:
-            message["refusal"] = "".join(self.refusal)
-        if self.answer.calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.text}}
-                for c in self.answer.calls
-            ]
-        return message
 
 
 class OpenAIAgent:
@@ -232,7 +142,7 @@ class OpenAIAgent:
             while not episode.done:
                 turns += 1
                 with episode.block(f"turn {turns}") as block:
-                    turn = _Turn(episode)
+                    turn = Turn(episode)
                     failure: Exception | None = None
                     try:
                         await _stream(client.chat.completions.with_streaming_response.create, turn,
@@ -262,24 +172,14 @@ class OpenAIAgent:
 def _reported(episode: Episode, exc: Exception) -> Exception:
     """The provider's failure (a replay's mismatch as a ``ReplayMismatchError``), published as the
     seed's structured error and noted so: the exception to raise."""
-    exc = _mismatch(exc) or exc
+    exc = replay_mismatch(exc) or exc
     episode.publish(error_event(exc, source="provider"))
     exc.add_note(REPORTED)
     return exc
 
 
-def _mismatch(exc: Exception) -> Exception | None:
-    """A replay's answer to a request its trace lacks, as the ``ReplayMismatchError`` it stands for; else None."""
-    response = getattr(exc, "response", None)
-    if response is None or response.headers.get(REPLAY_HEADER) != MISMATCH:
-        return None
-    mismatch = mismatch_error(response.status_code, _body(response))
-    mismatch.__cause__ = exc
-    return mismatch
-
-
 async def _stream(
-    create: Any, turn: _Turn, connection_error: type[Exception], seen: dict[str, Any] | None = None, **request: Any
+    create: Any, turn: Turn, connection_error: type[Exception], seen: dict[str, Any] | None = None, **request: Any
 ) -> None:
     """Send one request with an SDK's streaming ``create`` (chat completions, responses, messages) and read
     its answer into ``turn``, byte for byte; ``seen`` gets the answer's status and ``request-id``.
@@ -317,10 +217,3 @@ async def _run_tool(episode: Episode, call: ToolCall) -> str:
         return f"error: {message}"
     result = await episode.call(call.name, arguments, tool_call_id=call.id)
     return result.text if result.ok else f"error: {result.text}"
-
-
-def _body(response: httpx2.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return response.text

@@ -40,8 +40,9 @@ import httpx2
 
 from ors_lab.agents.episode import Episode
 from ors_lab.agents.http import needs_credentials, recording_http_client
-from ors_lab.agents.openai import _reported, _run_tool, _stream, _Turn
+from ors_lab.agents.openai import _reported, _run_tool, _stream
 from ors_lab.agents.responses import ResponsesAnswer
+from ors_lab.agents.turn import Turn
 from ors_lab.protocol.errors import ProviderError
 
 __all__ = ["OpenAIResponsesAgent", "response_tools"]
@@ -121,7 +122,7 @@ class OpenAIResponsesAgent:
             while not episode.done:
                 turns += 1
                 with episode.block(f"turn {turns}") as block:
-                    turn = _Turn(episode, ResponsesAnswer)
+                    turn = Turn(episode, ResponsesAnswer)
                     failure: Exception | None = None
                     try:
                         await _stream(client.responses.with_streaming_response.create, turn,
@@ -131,7 +132,7 @@ class OpenAIResponsesAgent:
                         failure = exc
                     finally:
                         turn.end(self.model)
-                        episode.summarize(block, _summary(turn))
+                        episode.summarize(block, turn.summary())
                     if failure is not None:
                         raise _reported(episode, failure)
                     answer = turn.answer
@@ -147,12 +148,3 @@ class OpenAIResponsesAgent:
                         inputs.append({"type": "function_call_output", "call_id": call.id, "output": content})
         finally:
             await client.close()
-
-
-def _summary(turn: _Turn) -> str:
-    """The turn's block-end summary: its finish reason, and an incomplete response's reason."""
-    answer = turn.answer
-    said = f"finish: {answer.finish_reason}"
-    if isinstance(answer, ResponsesAnswer) and answer.incomplete:
-        said += f" (incomplete: {answer.incomplete_reason or 'no reason given'})"
-    return said

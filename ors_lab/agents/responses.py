@@ -144,6 +144,13 @@ class ResponsesAnswer(StreamedAnswer):
         """The response's output items as they were done, in output order: the next request's input."""
         return [self._items[i] for i in sorted(self._items)]
 
+    def summary(self) -> str:
+        """The finish reason, and an incomplete response's reason."""
+        said = super().summary()
+        if self.incomplete:
+            said += f" (incomplete: {self.incomplete_reason or 'no reason given'})"
+        return said
+
     def where(self) -> str:
         """How far the answer got: bytes and events received, the last event, a tool call left open."""
         said = f"{self.chunks} events received ({self.data_bytes} bytes of event data)"

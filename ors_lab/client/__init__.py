@@ -4,7 +4,14 @@ from ors_lab.client.aclient import AsyncClient, AsyncEnvironment, AsyncSession
 from ors_lab.client.policy import RetryPolicy
 from ors_lab.client.runner import Runner
 from ors_lab.client.sync import Client, Environment, Session
-from ors_lab.client.tap import EXCHANGES, BodyReader, ExchangeTap, RecordingTransport, describe_error
+from ors_lab.client.tap import (
+    EXCHANGES,
+    BodyReader,
+    ExchangeTap,
+    RecordingTransport,
+    SyncRecordingTransport,
+    describe_error,
+)
 from ors_lab.client.transport import AiohttpTransport
 
 __all__ = [
@@ -21,5 +28,6 @@ __all__ = [
     "RetryPolicy",
     "Runner",
     "Session",
+    "SyncRecordingTransport",
     "describe_error",
 ]

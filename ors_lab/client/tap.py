@@ -15,7 +15,7 @@ import itertools
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import fields
 from typing import Any
 
@@ -42,6 +42,7 @@ __all__ = [
     "BodyReader",
     "ExchangeTap",
     "RecordingTransport",
+    "SyncRecordingTransport",
     "describe_error",
     "exchanges_apart",
     "is_event_stream",
@@ -259,3 +260,65 @@ class RecordingTransport(httpx2.AsyncBaseTransport):
     async def aclose(self) -> None:
         if self._owns_inner:
             await self.inner.aclose()
+
+
+class _SyncTappedStream(httpx2.SyncByteStream):
+    """``_TappedStream`` for a sync client."""
+
+    def __init__(self, stream: Any, tap: ExchangeTap) -> None:
+        self._stream = stream
+        self._tap = tap
+        self._reader = tap.reader()
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._stream:
+                self._reader.feed(chunk)
+                yield chunk
+        except httpx2.TransportError as exc:
+            self._tap.disconnect(exc)
+            raise
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class SyncRecordingTransport(httpx2.BaseTransport):
+    """``RecordingTransport`` for a sync client (``inner`` None: ``httpx2.HTTPTransport``, closed with it)."""
+
+    def __init__(self, tap_for: TapFor, inner: httpx2.BaseTransport | None = None) -> None:
+        self.tap_for = tap_for
+        self._owns_inner = inner is None
+        self.inner = inner if inner is not None else httpx2.HTTPTransport()
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        tap = self.tap_for(request)
+        if tap is None:
+            return self.inner.handle_request(request)
+        body = request.read()
+        tap.request(request.method, str(request.url), request.headers, body)
+        started = time.monotonic_ns()
+        try:
+            response = self.inner.handle_request(request)
+        except httpx2.TransportError as exc:
+            tap.disconnect(exc)
+            raise
+        ttfb_ns = time.monotonic_ns() - started
+        if not is_event_stream(response.headers):
+            try:
+                content = response.read()
+            except httpx2.TransportError as exc:
+                tap.disconnect(exc)
+                raise
+            finally:
+                response.close()
+            tap.response(response.status_code, response.headers, ttfb_ns, content)
+            return response
+        tap.response(response.status_code, response.headers, ttfb_ns)
+        stream = _SyncTappedStream(response.stream, tap)
+        return httpx2.Response(response.status_code, headers=response.headers, stream=stream, request=request,
+                               extensions=response.extensions)  # fmt: skip
+
+    def close(self) -> None:
+        if self._owns_inner:
+            self.inner.close()

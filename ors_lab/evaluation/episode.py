@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ors_lab.agents.episode import CURRENT_EPISODE, REPORTED, Agent, Episode, StepLimitReached, error_event
+from ors_lab.agents.episode import CURRENT_EPISODE, Agent, Episode, StepLimitReached
+from ors_lab.agents.errors import error_event, replay_mismatch, reported
 from ors_lab.analysis.reduce import Reduction, reduce_reward
 from ors_lab.client import AsyncClient, AsyncEnvironment
 from ors_lab.evaluation.specs import TaskSpecs
@@ -40,6 +41,7 @@ class Job:
     concurrency: int
     flush_s: float
     client: dict[str, Any]
+    llm_replay: str | None = None  # the trace the episodes' llm_client() answers from (each worker opens it)
 
 
 def client_options(client: AsyncClient) -> dict[str, Any]:
@@ -69,11 +71,13 @@ async def run_episode(
     worker: str | None = None,
     *,
     specs: TaskSpecs | None = None,
+    llm_transport: Any = None,
 ) -> None:
     """Run one (task, rollout) episode to its end, publishing its events; never raises but for cancellation.
     ``agent_name`` goes into its outcome, so its trace names the agent; ``worker`` (a Ray run's) into its start.
-    ``specs`` gives the episode its task's spec. Everything done in the episode through the objects of
-    ``env``'s client is published on ``env``'s stream (captured: ``EventStream.capture``)."""
+    ``specs`` gives the episode its task's spec; ``llm_transport`` is what its ``llm_client()`` sends through
+    (None: the wire; the run's ``llm_replay``: an ``AgentReplayTransport``). Everything done in the episode
+    through the objects of ``env``'s client is published on ``env``'s stream (captured: ``EventStream.capture``)."""
     events = env.events
     session = env.session(split=split, index=index, view=False)  # the run's own view shows its episodes
     sid = session.sid
@@ -91,14 +95,17 @@ async def run_episode(
                     prompt = await session.prompt()
                     tools = await session.tools()
                     episode = Episode(session, rollout=rollout, prompt=prompt, tools=tools, max_steps=max_steps,
-                                      events=events, task=task)  # fmt: skip
+                                      events=events, task=task, llm_transport=llm_transport)  # fmt: skip
                     token = CURRENT_EPISODE.set(episode)
-                    with contextlib.suppress(StepLimitReached):  # the limit ends the episode; not an error
-                        await agent.run(episode)
+                    try:
+                        with contextlib.suppress(StepLimitReached):  # the limit ends the episode; not an error
+                            await agent.run(episode)
+                    finally:
+                        await episode.aclose()  # the LLM clients it made
     except Exception as exc:  # the episode failed; the run goes on
-        error = exc
-        if REPORTED not in getattr(exc, "__notes__", ()):
-            failure = error_event(exc, source="tool" if isinstance(exc, ORSError) else "platform")
+        error = replay_mismatch(exc) or exc  # a replay's unmatched LLM request, whatever the SDK made of it
+        if not reported(exc, episode.llm_reported if episode is not None else []):
+            failure = error_event(error, source="tool" if isinstance(error, ORSError) else "platform")
             if isinstance(exc, TimeoutError):
                 failure.message = f"the episode took longer than its timeout of {limit} s"
             failure.session_id, failure.rollout = sid, rollout

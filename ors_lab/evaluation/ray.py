@@ -73,6 +73,7 @@ from ors_lab.evaluation.episode import Job, run_episode
 from ors_lab.evaluation.specs import TaskSpecs
 from ors_lab.events import EpisodeEvent, Event, EventStream, FinishEvent, StartEvent, wall_ns, wall_time
 from ors_lab.protocol.errors import AgentNotShippableError, WorkersLostError
+from ors_lab.replay.agent import AgentReplayTransport
 
 __all__ = ["LOOPBACK_ENV", "LocalCluster", "RayBackend", "RayRun", "WorkerPool", "start_local"]
 
@@ -258,6 +259,7 @@ class _Shipped:
     agent: Agent
     limit: asyncio.Semaphore
     specs: TaskSpecs
+    llm: AgentReplayTransport | None = None
     episodes: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -282,7 +284,8 @@ class _Worker:
         # the specs asked on the client's stream: each on the stream of the episode asking, which captures it
         self.runs[run] = _Shipped(job, client, as_agent(factory() if factory else agent),
                                   asyncio.Semaphore(job.concurrency),
-                                  TaskSpecs(client.environment(job.environment), job.split))  # fmt: skip
+                                  TaskSpecs(client.environment(job.environment), job.split),
+                                  AgentReplayTransport(job.llm_replay) if job.llm_replay else None)  # fmt: skip
 
     async def run(self, run: str, pairs: list[tuple[int, int]]) -> AsyncIterator[tuple[int, list[Event]]]:
         shipped = self.runs[run]
@@ -290,12 +293,13 @@ class _Worker:
         events = EventStream(parent=shipped.client.events)  # so that what an episode does on the client is captured
         events.subscribe(buffer.append, required=True)
         env = AsyncEnvironment(shipped.client, shipped.job.environment, events=events)
-        job, limit, agent, specs = shipped.job, shipped.limit, shipped.agent, shipped.specs
+        job, limit, agent, specs, llm = shipped.job, shipped.limit, shipped.agent, shipped.specs, shipped.llm
 
         async def one(index: int, rollout: int) -> None:
             async with limit:
                 await run_episode(env, agent, job.split, index, rollout, job.max_steps, job.timeout, job.reward,
-                                  job.success_threshold, job.agent_name, worker=self.name, specs=specs)  # fmt: skip
+                                  job.success_threshold, job.agent_name, worker=self.name, specs=specs,
+                                  llm_transport=llm)  # fmt: skip
 
         pending = {asyncio.create_task(one(index, rollout)) for index, rollout in pairs}
         shipped.episodes |= pending

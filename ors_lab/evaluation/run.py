@@ -79,7 +79,7 @@ from ors_lab.agents.episode import Agent
 from ors_lab.agents.policy import Policy, as_agent
 from ors_lab.analysis.frames import finished_episodes
 from ors_lab.analysis.reduce import Reduction, check_reduction
-from ors_lab.analysis.trace import load_trace
+from ors_lab.analysis.trace import Trace, load_trace
 from ors_lab.client import AsyncEnvironment, Environment, Runner
 from ors_lab.client.runner import CLEANUP_TIMEOUT
 from ors_lab.client.shielding import outlast_cancel
@@ -94,6 +94,7 @@ from ors_lab.feed.server import Feed
 from ors_lab.protocol.errors import TraceExistsError, TraceFormatError
 from ors_lab.recording.parts import parts_dir
 from ors_lab.recording.recorder import Recorder
+from ors_lab.replay.agent import AgentReplayTransport
 from ors_lab.viewer.run import RunState
 
 __all__ = ["EvaluationInterrupted", "aevaluate", "discard_unstarted", "evaluate", "last_result", "trace_exists"]
@@ -147,6 +148,7 @@ async def aevaluate(
     subscribe: Subscriber | None = None,
     feed: int | Feed | None = None,
     backend: RayBackend | None = None,
+    llm_replay: str | os.PathLike[str] | Trace | AgentReplayTransport | None = None,
 ) -> EvalResult:
     """Evaluate ``agent`` on ``env``'s ``split``; see the module docstring. Returns an ``EvalResult``.
 
@@ -161,7 +163,9 @@ async def aevaluate(
     with every agent event of the run (``ors_lab.events``), inline. ``feed``: serve the run's
     events live on 127.0.0.1, on this port (0: a free one) or through this ``Feed``
     (``docs/feed.md``). ``backend``: None to run here, or a ``RayBackend`` to run on Ray workers
-    (``ors_lab.evaluation.ray``; ``concurrency`` is then per worker).
+    (``ors_lab.evaluation.ray``; ``concurrency`` is then per worker). ``llm_replay``: a trace (its path,
+    a ``Trace`` or an ``AgentReplayTransport``) every episode's ``llm_client()`` answers from, offline: the
+    LLM traffic an agent's own SDK client made when the trace was recorded (``ors_lab.agents.llm_client``).
 
     Cancelled, it stops its episodes, deletes their sessions and closes the trace before raising
     ``CancelledError``; ``last_result()`` then holds the partial result.
@@ -171,7 +175,7 @@ async def aevaluate(
         env,
         agent,
         _Options(split, tasks, rollouts, concurrency, max_steps, timeout, record, resume, progress, reward,
-                 success_threshold, subscribe, feed, backend),
+                 success_threshold, subscribe, feed, backend, llm_replay),
         _Ending(),
     )  # fmt: skip
 
@@ -192,6 +196,7 @@ class _Options:
     subscribe: Subscriber | None
     feed: int | Feed | None = None
     backend: RayBackend | None = None
+    llm_replay: str | os.PathLike[str] | Trace | AgentReplayTransport | None = None
 
 
 async def _evaluate(
@@ -216,7 +221,7 @@ async def _evaluate(
     if o.backend is None:
         return await _run(aenv, agent, o, ending, None)
     job = Job(aenv.name, split, o.max_steps, o.timeout, o.reward, o.success_threshold, _agent_name(agent),
-              o.concurrency, o.backend.flush_s, client_options(aenv.client))  # fmt: skip
+              o.concurrency, o.backend.flush_s, client_options(aenv.client), _replay_path(o.llm_replay))  # fmt: skip
     ray_run = RayRun(o.backend, aenv, agent, job)
     try:
         ray_run.start()
@@ -234,6 +239,7 @@ async def _run(
     split = o.split
     runner = as_agent(agent)
     agent_name = _agent_name(agent)
+    llm = _llm_transport(o.llm_replay) if ray_run is None else None
     events = EventStream(parent=aenv.events)
     run_env = AsyncEnvironment(aenv.client, aenv.name, events=events)
     feed = _open_feed(o.feed)  # its port first: a port in use fails the run before it makes anything
@@ -281,7 +287,7 @@ async def _run(
             while todo:
                 index, rollout = todo.popleft()
                 await run_episode(run_env, runner, split, index, rollout, o.max_steps, o.timeout, o.reward,
-                                  o.success_threshold, agent_name, specs=specs)  # fmt: skip
+                                  o.success_threshold, agent_name, specs=specs, llm_transport=llm)  # fmt: skip
 
         if ray_run is not None:  # its workers' events published on the run's stream, as a local run's are
             ray_run.attach(events.publish, rows.forget)
@@ -547,6 +553,7 @@ def evaluate(
     subscribe: Subscriber | None = None,
     feed: int | Feed | None = None,
     backend: RayBackend | None = None,
+    llm_replay: str | os.PathLike[str] | Trace | AgentReplayTransport | None = None,
 ) -> EvalResult:
     """The sync twin of ``aevaluate`` (the same arguments); works in scripts and inside Jupyter's loop.
 
@@ -557,7 +564,7 @@ def evaluate(
     """
     __tracebackhide__ = True
     options = _Options(split, tasks, rollouts, concurrency, max_steps, timeout, record, resume, progress, reward,
-                       success_threshold, subscribe, feed, backend)  # fmt: skip
+                       success_threshold, subscribe, feed, backend, llm_replay)  # fmt: skip
     ending = _Ending()
     run = _evaluate(env.aio if isinstance(env, Environment) else env, agent, options, ending)
     runner = env.runner if isinstance(env, Environment) else Runner()
@@ -568,6 +575,28 @@ def evaluate(
     finally:
         if not isinstance(env, Environment):
             runner.close()
+
+
+def _llm_transport(
+    llm_replay: str | os.PathLike[str] | Trace | AgentReplayTransport | None,
+) -> AgentReplayTransport | None:
+    """What the episodes' ``llm_client()`` sends through: None (the wire), or the replay of ``llm_replay``."""
+    if llm_replay is None or isinstance(llm_replay, AgentReplayTransport):
+        return llm_replay
+    if isinstance(llm_replay, Trace | str | os.PathLike):
+        return AgentReplayTransport(llm_replay)
+    raise TypeError(f"llm_replay takes a trace (a path, a Trace or an AgentReplayTransport), not {llm_replay!r}")
+
+
+def _replay_path(llm_replay: str | os.PathLike[str] | Trace | AgentReplayTransport | None) -> str | None:
+    """The trace a Ray run's workers each open for ``llm_replay``: its path (a transport or a Trace is not shipped)."""
+    if llm_replay is None:
+        return None
+    if isinstance(llm_replay, str | os.PathLike):
+        return os.fspath(llm_replay)
+    if isinstance(llm_replay, Trace):
+        return os.fspath(llm_replay.path)
+    raise TypeError("on Ray, llm_replay takes a trace's path or a Trace (each worker opens the trace itself)")
 
 
 def _async_environment(env: AsyncEnvironment | Environment) -> AsyncEnvironment:

@@ -86,6 +86,7 @@ __all__ = [
     "OutcomeUnknownError",
     "ProviderError",
     "ProviderReportedError",
+    "ProviderStatusError",
     "ProviderStreamError",
     "ReplayMismatchError",
     "ResumeFailedError",
@@ -386,6 +387,15 @@ class ProviderReportedError(ProviderError):
         self.code = code
         status = code if isinstance(code, int) else int(code) if isinstance(code, str) and code.isdigit() else None
         self.status_code = status if status is not None and 400 <= status < 600 else None
+
+
+class ProviderStatusError(ProviderError):
+    """The provider answered with an HTTP error status (``status_code``); ``response`` is the answer."""
+
+    def __init__(self, message: str, *, response: Any, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.response = response
+        self.status_code = response.status_code
 
 
 class ProviderStreamError(ProviderError):

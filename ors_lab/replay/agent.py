@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import httpx2
@@ -40,8 +40,9 @@ class _Live:
     exchanges: list[Exchange]
 
 
-class AgentReplayTransport(httpx2.AsyncBaseTransport):
-    """An httpx2 transport answering an agent's HTTP requests from a trace; see the module docstring."""
+class AgentReplayTransport(httpx2.AsyncBaseTransport, httpx2.BaseTransport):
+    """An httpx2 transport (async, and sync for ``Episode.llm_client_sync()``) answering an agent's HTTP
+    requests from a trace; see the module docstring."""
 
     needs_credentials = False
     """It answers from the trace: an agent on it needs no API key, and sends none (``ors_lab.agents.http``)."""
@@ -61,7 +62,13 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
         return f"AgentReplayTransport({self.name!r})"
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        answer, broken = self._answer(request, await request.aread())
+        return self._response(request, await request.aread())
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        return self._response(request, request.read())
+
+    def _response(self, request: httpx2.Request, body: bytes) -> httpx2.Response:
+        answer, broken = self._answer(request, body)
         if answer is None:  # the recorded request got no answer: it fails again as it failed then
             raise _transport_error(broken, request)
         error = None if broken is None else _transport_error(broken, request)
@@ -114,18 +121,22 @@ class AgentReplayTransport(httpx2.AsyncBaseTransport):
         return [e.describe() for live in self._live.values() for e in live.exchanges if not e.played]
 
 
-class _Replayed(httpx2.AsyncByteStream):
+class _Replayed(httpx2.AsyncByteStream, httpx2.SyncByteStream):
     """A recorded body, chunk by chunk, without waiting; then ``error`` (the stream was cut when recorded)."""
 
     def __init__(self, answer: Answer, error: httpx2.TransportError | None) -> None:
         self._answer = answer
         self._error = error
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __iter__(self) -> Iterator[bytes]:
         for _, data in self._answer.stream or [(0.0, self._answer.body)]:
             yield data
         if self._error is not None:
             raise self._error
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for data in self:
+            yield data
 
 
 def _transport_error(recorded: str | None, request: httpx2.Request) -> httpx2.TransportError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ors_lab.agents.episode import error_event
+from ors_lab.agents.errors import error_event
 from ors_lab.protocol.errors import OutcomeUnknownError, ServerError
 
 

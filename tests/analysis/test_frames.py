@@ -202,7 +202,7 @@ def _assert_same_frames(path: Path) -> None:
     assert len(before["episodes"]) > 0
 
 
-@pytest.mark.parametrize("name", ["demo.parquet", "openai-arithmetic.parquet"])
+@pytest.mark.parametrize("name", ["demo.parquet", "openai-arithmetic.parquet", "claude-arithmetic.parquet"])
 def test_recorded_runs_make_the_same_frames_as_before(name: str) -> None:
     """The real recordings (a streaming demo agent, an LLM agent with tokens): every frame as it was."""
     _assert_same_frames(REPO_ROOT / "recordings" / name)

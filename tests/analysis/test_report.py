@@ -50,7 +50,7 @@ TRAIN = LAB_TASKS["train"]
 ANSWERS = {task["question"]: task["answer"] for task in TRAIN}
 MALFORMED, REFUSED = TRAIN[1]["question"], TRAIN[2]["question"]
 ROLLOUTS = 2
-COMMITTED = ["demo.parquet", "openai-arithmetic.parquet"]
+COMMITTED = ["demo.parquet", "openai-arithmetic.parquet", "claude-arithmetic.parquet"]
 
 
 @dataclass

@@ -1,0 +1,192 @@
+"""One LLM answer turned into agent events as its bytes arrive: the one mapping from a wire format's
+pieces to ``text-*``, ``reasoning-*``, ``tool-input-*`` and ``usage`` events.
+
+``Turn`` is shared by the three agents (``OpenAIAgent``, ``OpenAIResponsesAgent``, ``AnthropicAgent``)
+and by ``Episode.llm_client()``, which reads the answers of any agent's own SDK calls through it:
+the same bytes give the same events whoever sent the request. ``decoder_for(path)`` names the wire
+format of a request by its path: ``.../chat/completions`` (``ChatAnswer``), ``.../messages``
+(``MessagesAnswer``), ``.../responses`` (``ResponsesAnswer``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
+
+from ors_lab.agents.chat import Answer, CallPiece, ChatAnswer, TextPiece, ToolCall
+from ors_lab.agents.messages import MessagesAnswer
+from ors_lab.agents.responses import ResponsesAnswer
+from ors_lab.events import (
+    AgentEvent,
+    ReasoningDeltaEvent,
+    ReasoningEndEvent,
+    ReasoningStartEvent,
+    TextDeltaEvent,
+    TextEndEvent,
+    TextStartEvent,
+    ToolInputDeltaEvent,
+    ToolInputEndEvent,
+    ToolInputStartEvent,
+)
+
+__all__ = ["FORMATS", "Publisher", "TextStream", "Turn", "decoder_for"]
+
+
+class Publisher(Protocol):
+    """What a turn publishes through: an episode (``ors_lab.agents.episode.Episode``)."""
+
+    def publish(self, event: AgentEvent) -> None: ...
+
+    def new_id(self, prefix: str) -> str: ...
+
+    def record_usage(
+        self,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        reasoning_tokens: int | None = None,
+        cached_tokens: int | None = None,
+        model: str | None = None,
+    ) -> None: ...
+
+
+FORMATS: dict[str, tuple[str, type[ChatAnswer | MessagesAnswer | ResponsesAnswer]]] = {
+    "/chat/completions": ("openai", ChatAnswer),
+    "/messages": ("anthropic", MessagesAnswer),
+    "/responses": ("openai", ResponsesAnswer),
+}
+"""A request path's ending: the provider that speaks the format, and its decoder."""
+
+
+def decoder_for(method: str, path: str) -> tuple[str, type[ChatAnswer | MessagesAnswer | ResponsesAnswer]] | None:
+    """The provider and decoder of a request that asks for a model's answer in a known format; else None."""
+    if method != "POST":
+        return None
+    for ending, known in FORMATS.items():
+        if path.endswith(ending):
+            return known
+    return None
+
+
+class TextStream:
+    """A text or reasoning part being streamed: ``write(delta)`` publishes one delta event."""
+
+    _EVENTS: ClassVar[dict[str, tuple[Callable[..., AgentEvent], ...]]] = {
+        "text": (TextStartEvent, TextDeltaEvent, TextEndEvent),
+        "reasoning": (ReasoningStartEvent, ReasoningDeltaEvent, ReasoningEndEvent),
+    }
+
+    def __init__(self, episode: Publisher, kind: str, part_id: str) -> None:
+        if kind not in self._EVENTS:
+            raise ValueError(f"a part is text or reasoning, not {kind!r}")
+        self._episode = episode
+        self.kind = kind
+        self.id = part_id
+        self.parts: list[str] = []
+        self._start, self._delta, self._end = self._EVENTS[kind]
+
+    def start(self) -> None:
+        """Begin the part (its ``-start`` event)."""
+        self._episode.publish(self._start(id=self.id))
+
+    def write(self, delta: str) -> None:
+        """Stream ``delta`` (an empty string publishes nothing)."""
+        if delta:
+            self.parts.append(delta)
+            self._episode.publish(self._delta(id=self.id, delta=delta))
+
+    def close(self) -> None:
+        """End the part (its ``-end`` event)."""
+        self._episode.publish(self._end(id=self.id))
+
+    @property
+    def text(self) -> str:
+        """Everything written so far."""
+        return "".join(self.parts)
+
+
+class Turn:
+    """One answer's pieces turned into agent events as they arrive; ``decoder`` makes the answer's
+    decoder (``ChatAnswer``, or another wire format's with the same interface)."""
+
+    def __init__(self, episode: Publisher, decoder: Callable[..., Answer] = ChatAnswer) -> None:
+        self.episode = episode
+        self._new_id = lambda: episode.new_id("call")
+        self._decoder = decoder
+        self.answer: Answer = decoder(new_id=self._new_id)
+        self.parts: dict[str, TextStream] = {}  # the open text, reasoning or refusal part (one at a time)
+        self.content: list[str] = []
+        self.refusal: list[str] = []
+        self.started: list[ToolCall] = []
+
+    def begin(self, content_type: str | None) -> None:
+        """The answer's headers came: its content type says whether it is a stream or one JSON object."""
+        self.answer = self._decoder(content_type=content_type, new_id=self._new_id)
+
+    def _part(self, kind: str) -> TextStream:
+        """The open part of ``kind``, opening it (and closing the other) when needed."""
+        part = self.parts.get(kind)
+        if part is None:
+            self._close()
+            event_kind = "reasoning" if kind == "reasoning" else "text"
+            part = self.parts[kind] = TextStream(self.episode, event_kind, self.episode.new_id(kind))
+            part.start()
+        return part
+
+    def _close(self) -> None:
+        for part in self.parts.values():
+            part.close()
+        self.parts.clear()
+
+    def take(self, pieces: list[TextPiece | CallPiece]) -> None:
+        for piece in pieces:
+            if isinstance(piece, TextPiece):
+                if piece.kind == "text":
+                    self.content.append(piece.text)
+                elif piece.kind == "refusal":
+                    self.refusal.append(piece.text)
+                self._part(piece.kind).write(piece.text)
+                continue
+            self._close()
+            call = piece.call
+            if piece.started:
+                self.started.append(call)
+                self.episode.publish(ToolInputStartEvent(tool_call_id=call.id, tool_name=call.name))
+            if piece.arguments:
+                self.episode.publish(ToolInputDeltaEvent(tool_call_id=call.id, input_text_delta=piece.arguments))
+
+    def feed(self, data: bytes) -> None:
+        """Some of the answer's bytes; raises what the decoder found wrong, after the pieces before it."""
+        self.take(self.answer.feed(data))
+        if self.answer.error is not None:
+            raise self.answer.error
+
+    def close(self) -> None:
+        """The answer's bytes ended; raises ``IncompleteStreamError`` if it was cut short."""
+        self.take(self.answer.close())
+
+    def end(self, model: str | None) -> None:
+        """The turn is over, however it ended: parts and tool inputs closed, usage counted."""
+        self._close()
+        for call in self.started:
+            self.episode.publish(ToolInputEndEvent(tool_call_id=call.id))
+        self.started = []
+        usage = self.answer.usage
+        if usage is not None:
+            self.episode.record_usage(**usage, model=model)
+
+    def summary(self) -> str:
+        """The turn's block-end summary (the answer's: its finish reason and what else it says)."""
+        return self.answer.summary()
+
+    def message(self) -> dict[str, Any]:
+        """The chat-completions assistant message to send back in the next turn."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.refusal:
+            message["refusal"] = "".join(self.refusal)
+        if self.answer.calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.text}}
+                for c in self.answer.calls
+            ]
+        return message
