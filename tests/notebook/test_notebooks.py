@@ -52,8 +52,9 @@ def _run_sample(run: LabRun) -> tuple[int, str]:
 
 
 def _check_evaluate(run: LabRun) -> None:
-    """While the evaluation runs, two samples show progress and the streaming panes advancing; at the end the
-    dashboard's numbers are those of the EvalResult the next cell shows."""
+    """While the evaluation runs, two samples show progress and the streaming panes advancing; at the end each
+    dashboard's numbers are those of the EvalResult the next cell shows, and the Claude replay's transcript holds
+    the model's thinking, text and call."""
     run.page.wait_for_function(
         """() => { const d = document.querySelector('.ol-run-progress');
                    const m = d && d.textContent.match(/^(\\d+)\\/(\\d+) episodes/);
@@ -77,15 +78,22 @@ def _check_evaluate(run: LabRun) -> None:
     results = run.page.eval_on_selector_all(
         ".jp-OutputArea-output[data-mime-type='text/html'] .ors-lab", "es => es.map(e => e.textContent)"
     )
-    assert len(dashboards) == 2, dashboards
-    assert dashboards[0].count("30/30 episodes") == 1 and dashboards[1].count("20/20 episodes") == 1, dashboards
-    for dashboard, shown in zip(dashboards, [r for r in results if "mean reward" in r][:2], strict=True):
+    assert len(dashboards) == 3, dashboards
+    assert [d.count(n) for d, n in zip(dashboards, ["30/30 episodes", "20/20 episodes", "20/20 episodes"],
+                                       strict=True)] == [1, 1, 1], dashboards  # fmt: skip
+    for dashboard, shown in zip(dashboards, [r for r in results if "mean reward" in r][:3], strict=True):
         dash_mean, result_mean = MEAN.search(dashboard), MEAN.search(shown)
         assert dash_mean and result_mean and dash_mean.group(1) == result_mean.group(1), (dashboard, shown)
     run.page.locator(".ol-run .ol-cell[data-key='0/0']").first.click()
     run.page.wait_for_selector(".ol-run-transcript:visible", timeout=5_000)
     transcript = run.page.locator(".ol-run-transcript").first.text_content() or ""
     assert "task 0" in transcript and "guess" in transcript, transcript
+    # the SDK-built Claude agent's replay (llm_client, llm_replay=): its thinking, text and call in the transcript
+    run.page.locator(".ol-run").nth(2).locator(".ol-cell[data-key='0/0']").click()
+    claude = run.page.locator(".ol-run").nth(2).locator(".ol-run-transcript")
+    claude.wait_for(state="visible", timeout=5_000)
+    said = claude.text_content() or ""
+    assert "I know this one" in said and "I will submit 130." in said and "submit" in said, said
     run.screenshot(f"{run.name}-transcript", ".ors-lab .ol-run")
 
 
