@@ -174,14 +174,18 @@ class LLMServer:
 
     # -- the endpoint --------------------------------------------------------------------------------
 
-    async def _completions(self, request: Request) -> Response:
-        raw = await request.body()
+    async def _seen(self, request: Request) -> Any:
+        """The request's JSON body (None if it is not JSON), kept in ``requests``."""
         try:
-            body = json.loads(raw)
+            body = json.loads(await request.body())
         except ValueError:
             body = None
         with self._lock:
             self.requests.append(Seen(request.url.path, dict(request.headers), body))
+        return body
+
+    async def _completions(self, request: Request) -> Response:
+        body = await self._seen(request)
         if request.headers.get("authorization") != f"Bearer {self.api_key}":
             return _error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
         if not isinstance(body, dict):
@@ -209,13 +213,7 @@ class LLMServer:
 
     async def _messages(self, request: Request) -> Response:
         """Anthropic's Messages API, streamed, saying what ``_script`` says (see the module docstring)."""
-        raw = await request.body()
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
-        with self._lock:
-            self.requests.append(Seen(request.url.path, dict(request.headers), body))
+        body = await self._seen(request)
         if self.api_key not in (request.headers.get("x-api-key"), request.headers.get("authorization", "")[7:]):
             return _anthropic_error(401, "authentication_error", "invalid x-api-key")
         if not isinstance(body, dict) or body.get("model") != self.model:

@@ -107,11 +107,11 @@ class _Stream:
 class _Call:
     """One request for a model's answer, read as the SDK reads it (see the module docstring)."""
 
-    def __init__(self, on_loop: _OnLoop, provider: str, decoder: Callable[..., Answer], body: bytes) -> None:
+    def __init__(self, on_loop: _OnLoop, provider: str, decoder: Callable[..., Answer]) -> None:
         self._on_loop = on_loop
         self.episode = on_loop.episode
         self.provider = provider
-        self.model = _model(body)
+        self.model: str | None = None
         self.turn = Turn(cast(Publisher, on_loop), decoder)
         self.status: int | None = None
         self.request_id: str | None = None
@@ -119,8 +119,31 @@ class _Call:
         self.failed = False
         self.ended = False
         self.block = self.episode.new_id("block")
+
+    def begin(self, body: bytes) -> None:
+        """The request is sent: its block starts (``llm call N``); its body names the model."""
+        self.model = _model(body)
         self.episode.llm_calls += 1
-        on_loop.publish(BlockStartEvent(block_id=self.block, block_name=f"llm call {self.episode.llm_calls}"))
+        self._on_loop.publish(BlockStartEvent(block_id=self.block, block_name=f"llm call {self.episode.llm_calls}"))
+
+    def broke(self, exc: BaseException) -> None:
+        """No answer came: the call is over (a transport error is published as a cut)."""
+        if isinstance(exc, httpx2.TransportError):
+            self.cut(exc)
+        else:
+            self.end()
+
+    def passed(
+        self, request: httpx2.Request, response: httpx2.Response, body: bytes | None, stream: Callable[..., Any]
+    ) -> httpx2.Response:
+        """What the SDK gets: the answer itself, or the same answer read through the decoder as the SDK reads it
+        (``stream``: ``_DecodedStream`` or ``_SyncDecodedStream``)."""
+        if not self.answer(response, body):
+            return response
+        source, headers = _source(response, body)
+        self.response = httpx2.Response(response.status_code, headers=headers, stream=stream(source, self),
+                                        request=request, extensions=response.extensions)  # fmt: skip
+        return self.response
 
     def answer(self, response: httpx2.Response, body: bytes | None) -> bool:
         """The answer's head (and a plain answer's body, once read): True when its body is to be decoded."""
@@ -186,6 +209,15 @@ class _Call:
         if self.response is not None:  # the SDK raises it as its own error: the harness knows it is said
             self.episode.llm_reported.append(self.response)
         self._on_loop.publish(event)
+
+
+def _call_for(on_loop: _OnLoop, request: httpx2.Request) -> _Call | None:
+    """The call to read, for a request in a known format made while someone listens; else None (passed through)."""
+    known = decoder_for(request.method, request.url.path)
+    if known is None or not on_loop.episode.events.active:
+        return None
+    request.headers["accept-encoding"] = "identity"  # the decoder reads the bytes as sent
+    return _Call(on_loop, *known)
 
 
 def _model(body: bytes) -> str | None:
@@ -296,27 +328,17 @@ class DecodingTransport(httpx2.AsyncBaseTransport):
         self._on_loop = on_loop
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        known = decoder_for(request.method, request.url.path)
-        if known is None or not self._on_loop.episode.events.active:
+        call = _call_for(self._on_loop, request)
+        if call is None:
             return await self.inner.handle_async_request(request)
-        request.headers["accept-encoding"] = "identity"  # the decoder reads the bytes as sent
-        call = _Call(self._on_loop, *known, await request.aread())
+        call.begin(await request.aread())
         try:
             response = await self.inner.handle_async_request(request)
             body = await response.aread() if _plain(response) else None
-        except httpx2.TransportError as exc:
-            call.cut(exc)
+        except BaseException as exc:
+            call.broke(exc)
             raise
-        except BaseException:
-            call.end()
-            raise
-        if not call.answer(response, body):
-            return response
-        source, headers = _source(response, body)
-        stream = _DecodedStream(source, call)
-        call.response = httpx2.Response(response.status_code, headers=headers, stream=stream, request=request,
-                                        extensions=response.extensions)  # fmt: skip
-        return call.response
+        return call.passed(request, response, body, _DecodedStream)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -330,27 +352,17 @@ class SyncDecodingTransport(httpx2.BaseTransport):
         self._on_loop = on_loop
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        known = decoder_for(request.method, request.url.path)
-        if known is None or not self._on_loop.episode.events.active:
+        call = _call_for(self._on_loop, request)
+        if call is None:
             return self.inner.handle_request(request)
-        request.headers["accept-encoding"] = "identity"  # the decoder reads the bytes as sent
-        call = _Call(self._on_loop, *known, request.read())
+        call.begin(request.read())
         try:
             response = self.inner.handle_request(request)
             body = response.read() if _plain(response) else None
-        except httpx2.TransportError as exc:
-            call.cut(exc)
+        except BaseException as exc:
+            call.broke(exc)
             raise
-        except BaseException:
-            call.end()
-            raise
-        if not call.answer(response, body):
-            return response
-        source, headers = _source(response, body)
-        stream = _SyncDecodedStream(source, call)
-        call.response = httpx2.Response(response.status_code, headers=headers, stream=stream, request=request,
-                                        extensions=response.extensions)  # fmt: skip
-        return call.response
+        return call.passed(request, response, body, _SyncDecodedStream)
 
     def close(self) -> None:
         self.inner.close()
