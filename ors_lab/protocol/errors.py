@@ -32,6 +32,8 @@
     ├── ProviderError               the agent's LLM provider failed in its answer (an ``error`` event, source provider)
     │   ├── ProviderReportedError   the answer held an error object (OpenAI, vLLM, OpenRouter, LiteLLM shapes):
     │   │                           its message, ``code``, and ``status_code`` when the code is an HTTP status
+    │   ├── ProviderStatusError     the answer was an HTTP error status (``status_code``, ``response``), as an SDK
+    │   │                           read through ``Episode.llm_client()`` got it
     │   └── ProviderStreamError     the answer broke: cut, not an event stream; says how far it got (bytes,
     │       │                       chunks, the last chunk, a tool call left open)
     │       ├── IncompleteStreamError  it ended with no finish reason and no [DONE]: none of its tools run

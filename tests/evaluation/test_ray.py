@@ -428,3 +428,30 @@ def test_bad_backend_arguments_fail_clearly() -> None:
         RayBackend(workers=0)
     with pytest.raises(ValueError, match="restarts must be 0 or more"):
         RayBackend(restarts=-1)
+
+
+def test_llm_replay_answers_the_workers_agents_from_the_trace(two: RayBackend) -> None:
+    """On Ray, `llm_replay=` reaches every worker: each opens the trace and its episodes' `llm_client()` answer
+    from it (the committed Claude run, an agent of its own on Anthropic's SDK), with the rewards as recorded
+    and the model's thinking on the run's stream."""
+    from recordings.claude_agent import ClaudeLoop
+
+    path = Path(__file__).resolve().parents[2] / "recordings" / "claude-arithmetic.parquet"
+    trace = ol.load_trace(path)
+    thinking: list[str] = []
+    with ol.ReplayServer(trace, speed=0) as server, Client(server.url) as client:
+        arithmetic = client.environment("arithmetic")
+        def think(event: Event) -> None:
+            if event.type == "reasoning-delta":
+                thinking.append(event.delta)  # type: ignore[attr-defined]
+
+        result = evaluate(arithmetic, ClaudeLoop("scripted-claude"), split="test", rollouts=2, progress=False,
+                          backend=two, llm_replay=path, subscribe=think)  # fmt: skip
+        with pytest.raises(TypeError, match="on Ray, llm_replay takes a trace's path"):
+            evaluate(arithmetic, ClaudeLoop("x"), split="test", progress=False, backend=two,
+                     llm_replay=ol.AgentReplayTransport(trace))  # fmt: skip
+    keys = ["task_index", "rollout"]
+    replayed = result.episodes.sort_values(keys).reset_index(drop=True)
+    recorded = trace.episodes.sort_values(keys).reset_index(drop=True)
+    assert list(replayed["reward"]) == list(recorded["reward"]) and replayed["error"].isna().all()
+    assert "I know this one" in "".join(thinking)

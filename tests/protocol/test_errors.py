@@ -69,7 +69,7 @@ def test_tree_drawing_parsed() -> None:
     assert TREE["SplitRequiredError"] == {"ORSError"} and TREE["EventNotRecordedError"] == {"ORSError"}
     assert TREE["IncompleteStreamError"] == TREE["MalformedChunkError"] == {"ProviderStreamError"}
     assert TREE["ProviderStreamError"] == TREE["ProviderReportedError"] == {"ProviderError"}
-    assert len(TREE) == 34
+    assert len(TREE) == 35
 
 
 @pytest.mark.parametrize(("name", "parents"), sorted(TREE.items()))
