@@ -18,6 +18,10 @@ What is redacted, by name (``<redacted>`` replaces the value):
     counter's, and a tool's JSON Schema names its parameters with such keys);
   - and the names the user adds (``Recorder(redact_names=...)``, ``--redact NAME``), compared the same way.
 
+  One key is kept although its name is sensitive: the ``signature`` of a thinking block (a JSON object whose
+  ``type`` is ``thinking``, as Anthropic's Messages API sends it and takes it back). It is the provider's
+  signature of the model's reasoning, no credential, and a conversation sent back without it is refused.
+
   ORS's own fields (``session_id``, ``task_id``, ``env_name``, ``X-Session-ID``, ...) match none of these.
 - A sensitive key's value is replaced whole when it is a text or a number; a mapping keeps its
   keys and has every value replaced (the ``secrets`` of a ``/create`` body keep their names), a
@@ -197,8 +201,9 @@ class Redactor:
         if isinstance(value, dict):
             out: dict[str, Any] = {}
             changed = False
+            thinking = value.get("type") == "thinking"  # its signature is the provider's, to send back: no secret
             for key, item in value.items():
-                if self.sensitive_key(key):
+                if self.sensitive_key(key) and not (thinking and key == "signature"):
                     out[key], hidden = _hidden(item)
                     changed = changed or hidden
                 else:

@@ -785,6 +785,20 @@ def test_key_and_sig_are_secrets_in_headers_and_queries_not_as_json_keys() -> No
     assert named["input"]["key"] == "<redacted>"
 
 
+def test_a_thinking_blocks_signature_is_kept_and_any_other_signature_redacted() -> None:
+    """A Messages request sends back each thinking block with its signature (the provider's, no credential): it is
+    kept, so that the recorded conversation can be sent again; a `signature` anywhere else is redacted."""
+    from ors_lab.recording.redact import Redactor
+
+    thinking = {"type": "thinking", "thinking": "Let me see.", "signature": "EqQBCkgIARABGAIiQL2k"}
+    body = {"model": "m", "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": [
+            thinking, {"type": "text", "text": "4"}]}], "webhook": {"signature": "whsec_leak"}}  # fmt: skip
+    kept = json.loads(Redactor().body(json.dumps(body).encode()) or b"")
+    assert kept["messages"][1]["content"][0] == thinking
+    assert kept["webhook"] == {"signature": "<redacted>"}
+    assert Redactor().json({"type": "text", "signature": "s"})[0] == {"type": "text", "signature": "<redacted>"}
+
+
 def test_an_agent_tool_input_is_redacted_as_its_request_is(tmp_path: Path) -> None:
     """A tool-input-available event with a password key: its input and data are redacted like the /call body."""
     path = tmp_path / "run.parquet"
