@@ -71,7 +71,7 @@ DELTA_FIELDS = {
 _WIRE = {"block_name": "blockName", "block_id": "blockId", "id": "id", "delta": "delta", "tool_call_id": "toolCallId",
          "tool_name": "toolName", "input_text_delta": "inputTextDelta", "input": "input", "output": "output",
          "error": "error", "reason": "reason", "reward": "reward", "finished": "finished", "code": "code",
-         "error_type": "errorType", "message": "message"}  # fmt: skip
+         "error_type": "errorType", "message": "message", "provider_metadata": "providerMetadata"}  # fmt: skip
 """A field of a typed event -> its key in the event's wire dict."""
 
 
@@ -98,6 +98,11 @@ class Part:
     reason: str | None = None
     reward: float | None = None
     finished: bool | None = None
+    streamed: bool = False
+    """A tool call whose input the agent streamed (an LLM's call, read from its answer), not only made."""
+    metadata: Any = None
+    """What the provider said of the part beyond its text (its end's ``providerMetadata``: a thinking block's
+    signature, a Responses item's id), or None."""
     _chunks: list[str] = field(default_factory=list, repr=False)
 
     @property
@@ -193,7 +198,7 @@ class AgentStream:
             if step == "delta":
                 self._piece(part, get("delta"))
             elif step == "end":
-                part.done = True
+                part.done, part.metadata = True, get("provider_metadata")
             part.last = at
             return part
         if kind in _CALL_KINDS:
@@ -201,8 +206,12 @@ class AgentStream:
             part.last = at
             if kind in ("tool-input-start", "tool-input-available") and get("tool_name") is not None:
                 part.tool = str(get("tool_name"))
+            if kind in ("tool-input-start", "tool-input-delta"):
+                part.streamed = True
             if kind == "tool-input-delta":
                 self._piece(part, get("input_text_delta"))
+            elif kind == "tool-input-end":
+                part.metadata = get("provider_metadata")
             elif kind == "tool-input-available":
                 part.input = get("input")
             elif kind == "tool-output-available":

@@ -103,3 +103,20 @@ def test_output_text_reads_results_and_agent_outputs() -> None:
     assert output_text({"text": "Correct!", "blocks": [{"type": "text", "text": "Correct!"}]}) == "Correct!"
     assert output_text({"ok": False, "error": "no"}) is None
     assert output_text("not a result") is None and output_text({"ok": True}) is None
+
+
+def test_what_the_provider_said_of_a_part_is_kept_from_its_end() -> None:
+    """A reasoning part's signature and a streamed call's item id (their end events' providerMetadata) are the
+    parts' metadata, the same from wire dicts and typed events; a call only made, never streamed, is not streamed."""
+    signed = {"anthropic": {"signature": "EqQBsig=="}}
+    item = {"openai": {"itemId": "fc_1"}}
+    events = [ReasoningStartEvent(id="r1"), ReasoningDeltaEvent(id="r1", delta="Hm."),
+              ReasoningEndEvent(id="r1", provider_metadata=signed), ToolInputStartEvent(tool_call_id="c1",
+              tool_name="add"), ToolInputEndEvent(tool_call_id="c1", provider_metadata=item),
+              ToolInputAvailableEvent(tool_call_id="c2", tool_name="add", input={})]  # fmt: skip
+    typed = AgentStream()
+    for event in events:
+        typed.take(event)
+    for stream in (join_stream(wire(*events)), typed):
+        assert [(p.kind, p.metadata, p.streamed) for p in stream.parts] == [
+            ("reasoning", signed, False), ("tool-call", item, True), ("tool-call", None, False)]  # fmt: skip

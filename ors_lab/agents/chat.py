@@ -52,6 +52,7 @@ __all__ = [
     "Answer",
     "CallPiece",
     "ChatAnswer",
+    "EndPiece",
     "TextPiece",
     "ToolCall",
     "finish_reason",
@@ -89,6 +90,9 @@ class ToolCall:
     name: str
     index: int | None
     arguments: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """What the provider said of the call beyond its name and arguments, by provider (the Responses API's item
+    id: ``{"openai": {"itemId": "fc_..."}}``), published with its ``tool-input-end``."""
 
     @property
     def text(self) -> str:
@@ -128,7 +132,17 @@ class CallPiece:
     arguments: str
 
 
-Piece = TextPiece | CallPiece
+@dataclass(frozen=True, slots=True)
+class EndPiece:
+    """The end of a reasoning or text part, with what the provider said of it beyond its text (``metadata``, by
+    provider: an Anthropic thinking block's signature, a Responses item's id), kept so that the part can be sent
+    back. A part with no text but its metadata (Anthropic's redacted thinking) is one ``EndPiece`` alone."""
+
+    kind: Literal["text", "reasoning"]
+    metadata: dict[str, Any]
+
+
+Piece = TextPiece | CallPiece | EndPiece
 
 
 class Answer(Protocol):

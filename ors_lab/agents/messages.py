@@ -47,7 +47,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ors_lab.agents.chat import CallPiece, Piece, PieceKind, StreamedAnswer, TextPiece, ToolCall, shown, tool_input
+from ors_lab.agents.chat import (
+    CallPiece,
+    EndPiece,
+    Piece,
+    PieceKind,
+    StreamedAnswer,
+    TextPiece,
+    ToolCall,
+    shown,
+    tool_input,
+)
 from ors_lab.protocol.errors import (
     IncompleteStreamError,
     MalformedChunkError,
@@ -252,7 +262,7 @@ class MessagesAnswer(StreamedAnswer):
         elif kind == "content_block_stop":
             index = _number(event.get("index"))
             if index is not None and index in self.blocks:
-                self.blocks[index].stopped = True
+                self._stop(self.blocks[index], pieces)
         elif kind == "message_delta":
             delta = event.get("delta")
             if isinstance(delta, dict):
@@ -288,6 +298,8 @@ class MessagesAnswer(StreamedAnswer):
             self._text(block, "reasoning", start.get("thinking"), pieces)
             if isinstance(start.get("signature"), str):
                 block.signature.append(start["signature"])
+        elif kind == "redacted_thinking" and isinstance(start.get("data"), str):  # no text: its data goes back
+            pieces.append(EndPiece("reasoning", {"anthropic": {"redactedData": start["data"]}}))
         elif kind == "tool_use":
             given = start.get("id")
             call = ToolCall(id=given if isinstance(given, str) and given else self._new_id(), name="", index=index)
@@ -321,6 +333,12 @@ class MessagesAnswer(StreamedAnswer):
             else:  # a server tool's input (server_tool_use, mcp_tool_use): kept for the next request, not run here
                 block.text.append(partial)
 
+    def _stop(self, block: Block, pieces: list[Piece]) -> None:
+        """A block ends: a thinking block's part ends with its signature (not reasoning text: it goes back with it)."""
+        block.stopped = True
+        if block.type == "thinking" and block.signature:
+            pieces.append(EndPiece("reasoning", {"anthropic": {"signature": "".join(block.signature)}}))
+
     def _text(self, block: Block, kind: PieceKind, text: Any, pieces: list[Piece]) -> None:
         if isinstance(text, str) and text:
             block.text.append(text)
@@ -338,7 +356,7 @@ class MessagesAnswer(StreamedAnswer):
         for index, block in enumerate(content):
             if isinstance(block, dict):
                 self._start(index, block, pieces)
-                self.blocks[index].stopped = True
+                self._stop(self.blocks[index], pieces)
                 call, given = self.blocks[index].call, block.get("input")
                 if call is not None and isinstance(given, dict) and given:  # a whole message has the whole input
                     arguments = json.dumps(given, separators=(",", ":"))

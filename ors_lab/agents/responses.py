@@ -44,6 +44,7 @@ from typing import Any
 
 from ors_lab.agents.chat import (
     CallPiece,
+    EndPiece,
     Piece,
     PieceKind,
     StreamedAnswer,
@@ -269,6 +270,7 @@ class ResponsesAnswer(StreamedAnswer):
         index = index if isinstance(index, int) and not isinstance(index, bool) else len(self._items)
         if done:
             self._items[index] = item
+            self._ended(item, pieces)
         if item.get("type") != "function_call":
             return
         call = self._by_index.get(index)
@@ -282,8 +284,25 @@ class ResponsesAnswer(StreamedAnswer):
             self._by_item[item["id"]] = call
         if not call.name and isinstance(item.get("name"), str):
             call.name = item["name"]
+        if done and isinstance(item.get("id"), str):
+            call.metadata = {"openai": {"itemId": item["id"]}}
         if not call.arguments:
             self._arguments(call, item.get("arguments"), pieces)
+
+    @staticmethod
+    def _ended(item: dict[str, Any], pieces: list[Piece]) -> None:
+        """A reasoning or message item is done: its part ends with the item's id (and a reasoning item's
+        encrypted content), so that the item can be sent back."""
+        kind, item_id = item.get("type"), item.get("id")
+        if not isinstance(item_id, str):
+            return
+        if kind == "reasoning":
+            said: dict[str, Any] = {"itemId": item_id}
+            if isinstance(item.get("encrypted_content"), str):
+                said["reasoningEncryptedContent"] = item["encrypted_content"]
+            pieces.append(EndPiece("reasoning", {"openai": said}))
+        elif kind == "message" and item.get("content"):
+            pieces.append(EndPiece("text", {"openai": {"itemId": item_id}}))
 
     def _call_of(self, event: dict[str, Any]) -> ToolCall | None:
         """The call an arguments event belongs to: at its output_index, else by its item_id; the latest only for

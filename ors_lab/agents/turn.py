@@ -10,10 +10,10 @@ format of a request by its path: ``.../chat/completions`` (``ChatAnswer``), ``..
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
-from ors_lab.agents.chat import Answer, CallPiece, ChatAnswer, TextPiece, ToolCall
+from ors_lab.agents.chat import Answer, ChatAnswer, EndPiece, Piece, TextPiece, ToolCall
 from ors_lab.agents.messages import MessagesAnswer
 from ors_lab.agents.responses import ResponsesAnswer
 from ors_lab.events import (
@@ -95,9 +95,9 @@ class TextStream:
             self.parts.append(delta)
             self._episode.publish(self._delta(id=self.id, delta=delta))
 
-    def close(self) -> None:
-        """End the part (its ``-end`` event)."""
-        self._episode.publish(self._end(id=self.id))
+    def close(self, metadata: Mapping[str, Any] | None = None) -> None:
+        """End the part (its ``-end`` event, with what the provider said of it beyond its text, if anything)."""
+        self._episode.publish(self._end(id=self.id, provider_metadata=metadata or None))
 
     @property
     def text(self) -> str:
@@ -138,7 +138,19 @@ class Turn:
             part.close()
         self.parts.clear()
 
-    def take(self, pieces: list[TextPiece | CallPiece]) -> None:
+    def _end(self, piece: EndPiece) -> None:
+        """A part ends with the provider's metadata: the open part of its kind (a text's, or a refusal's), or a
+        part of its own when none is open (a redacted thinking block has no text)."""
+        kinds = ("text", "refusal") if piece.kind == "text" else ("reasoning",)
+        open_kind = next((kind for kind in kinds if kind in self.parts), None)
+        part = self.parts.pop(open_kind) if open_kind is not None else None
+        if part is None:
+            self._close()
+            part = TextStream(self.episode, piece.kind, self.episode.new_id(piece.kind))
+            part.start()
+        part.close(piece.metadata)
+
+    def take(self, pieces: list[Piece]) -> None:
         for piece in pieces:
             if isinstance(piece, TextPiece):
                 if piece.kind == "text":
@@ -146,6 +158,9 @@ class Turn:
                 elif piece.kind == "refusal":
                     self.refusal.append(piece.text)
                 self._part(piece.kind).write(piece.text)
+                continue
+            if isinstance(piece, EndPiece):
+                self._end(piece)
                 continue
             self._close()
             call = piece.call
@@ -169,7 +184,7 @@ class Turn:
         """The turn is over, however it ended: parts and tool inputs closed, usage counted."""
         self._close()
         for call in self.started:
-            self.episode.publish(ToolInputEndEvent(tool_call_id=call.id))
+            self.episode.publish(ToolInputEndEvent(tool_call_id=call.id, provider_metadata=call.metadata or None))
         self.started = []
         usage = self.answer.usage
         if usage is not None:

@@ -354,7 +354,15 @@ class TextDeltaEvent(_DeltaEvent):
 
 
 @dataclass(slots=True, kw_only=True)
-class TextEndEvent(_PartEvent):
+class _PartEndEvent(_PartEvent):
+    WIRE: ClassVar[tuple[str, ...]] = ("id", "provider_metadata?")
+    provider_metadata: Mapping[str, Any] | None = None
+    """What the provider said of the part beyond its text, by provider (``{"anthropic": {"signature": ...}}``,
+    ``{"openai": {"itemId": ...}}``): kept so that the part can be sent back to it (``Trace.conversations``)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class TextEndEvent(_PartEndEvent):
     """A part of the agent's answer text ends."""
 
     kind: ClassVar[str] = "text-end"
@@ -375,7 +383,7 @@ class ReasoningDeltaEvent(_DeltaEvent):
 
 
 @dataclass(slots=True, kw_only=True)
-class ReasoningEndEvent(_PartEvent):
+class ReasoningEndEvent(_PartEndEvent):
     """A part of the agent's reasoning ends."""
 
     kind: ClassVar[str] = "reasoning-end"
@@ -410,8 +418,10 @@ class ToolInputEndEvent(AgentEvent):
 
     kind: ClassVar[str] = "tool-input-end"
     TEXT: ClassVar[tuple[str, ...]] = ("tool_call_id",)
-    WIRE: ClassVar[tuple[str, ...]] = ("tool_call_id",)
+    WIRE: ClassVar[tuple[str, ...]] = ("tool_call_id", "provider_metadata?")
     tool_call_id: str
+    provider_metadata: Mapping[str, Any] | None = None
+    """What the provider said of the call beyond its name and input (the Responses API's item id)."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ors_lab.agents.chat import CallPiece, TextPiece, tool_input
+from ors_lab.agents.chat import CallPiece, EndPiece, TextPiece, tool_input
 from ors_lab.agents.messages import MessagesAnswer
 from ors_lab.protocol.errors import IncompleteStreamError, MalformedChunkError, ProviderReportedError
 
@@ -86,12 +86,14 @@ def test_usage_counts_the_cache_in_the_input_and_message_delta_wins() -> None:
 
 
 def test_a_signature_is_kept_for_the_next_request_and_is_not_reasoning() -> None:
-    """thinking_delta pieces are reasoning; signature_delta is the block's signature, sent back with it."""
+    """thinking_delta pieces are reasoning; signature_delta is the block's signature, sent back with it and given
+    with the part's end, never as reasoning."""
     data = (start() + block(0, {"type": "thinking", "thinking": ""}) + delta(0, {"type": "thinking_delta",
             "thinking": "Let me see."}) + delta(0, {"type": "signature_delta", "signature": "EqQBsig=="}) + stop(0)
             + text_stream()[len(start()) :].replace(b'"index": 0', b'"index": 1') + end())  # fmt: skip
     answer, pieces = decode(data)
-    assert pieces == [TextPiece("reasoning", "Let me see."), TextPiece("text", "Hi")]
+    assert pieces == [TextPiece("reasoning", "Let me see."), EndPiece("reasoning", {"anthropic": {"signature":
+                      "EqQBsig=="}}), TextPiece("text", "Hi")]  # fmt: skip
     assert answer.content() == [{"type": "thinking", "thinking": "Let me see.", "signature": "EqQBsig=="},
                                 {"type": "text", "text": "Hi"}]  # fmt: skip
 
@@ -202,7 +204,7 @@ def test_server_tool_blocks_go_back_as_they_came_and_are_not_calls() -> None:
             + delta(1, {"type": "input_json_delta", "partial_json": '"ors"}'}) + stop(1)
             + block(2, result) + stop(2) + end("end_turn"))  # fmt: skip
     answer, pieces = decode(data)
-    assert answer.calls == [] and pieces == []
+    assert answer.calls == [] and pieces == [EndPiece("reasoning", {"anthropic": {"redactedData": "EmwKAhgBEgy3va"}})]
     assert answer.content() == [
         {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va"},
         {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "ors"}},

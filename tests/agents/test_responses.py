@@ -17,7 +17,7 @@ import pytest
 
 import ors_lab as ol
 import ors_lab.agents
-from ors_lab.agents.chat import CallPiece, Piece, TextPiece
+from ors_lab.agents.chat import CallPiece, EndPiece, Piece, TextPiece
 from ors_lab.agents.responses import ResponsesAnswer
 from ors_lab.events import AgentEvent
 from ors_lab.protocol.errors import IncompleteStreamError, MalformedChunkError, ProviderReportedError
@@ -67,6 +67,27 @@ def rotated(data: bytes) -> bytes:
     count = iter(range(1, 10_000))
     pattern = rb'"(id|item_id)":"(fc|msg|rs)_[0-9a-f]+"'
     return re.sub(pattern, lambda m: b'"%s":"rotated-%d"' % (m[1], next(count)), data)
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.stem for f in FIXTURES])
+def test_each_done_items_id_ends_its_part(fixture: Path) -> None:
+    """A done reasoning item's id (and encrypted content) ends its reasoning part, a done message's its text part, a
+    done function call's is its call's metadata: what a conversation sends back. Item ids as the .done event gives."""
+    reading = read_response(fixture.read_bytes())
+    answer, pieces, _ = decode(fixture.read_bytes(), step=7)
+    ends = [p for p in pieces if isinstance(p, EndPiece)]
+    wanted = []
+    for item in reading.items:
+        if item.get("type") == "reasoning":
+            said = {"itemId": item["id"]}
+            if isinstance(item.get("encrypted_content"), str):
+                said["reasoningEncryptedContent"] = item["encrypted_content"]
+            wanted.append(EndPiece("reasoning", {"openai": said}))
+        elif item.get("type") == "message" and item.get("content"):
+            wanted.append(EndPiece("text", {"openai": {"itemId": item["id"]}}))
+    assert ends == wanted
+    done_calls = [i for i in reading.items if i.get("type") == "function_call"]
+    assert [c.metadata for c in answer.calls[: len(done_calls)]] == [{"openai": {"itemId": i["id"]}} for i in done_calls]
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[f.stem for f in FIXTURES])

@@ -89,13 +89,16 @@ def tool_calls(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def test_the_first_turn_says_what_the_bytes_say(run: Run) -> None:
     """The first turn's reasoning, text, tool-input and usage events are what the second reader reads; no
-    signature is ever shown as reasoning."""
+    signature is ever shown as reasoning or text: each thinking block's ends its reasoning part, as its metadata."""
     reading, turn = run.reading, first_turn(run.said())
     assert joined(turn, "reasoning-delta") == reading.reasoning
     assert joined(turn, "text-delta") == reading.text
     assert " IGNORED" not in joined(turn, "text-delta")  # an event with no `event:` line is no event
+    shown = json.dumps([e for e in run.said() if e["type"] != "reasoning-end"])
     for signature in reading.signatures:
-        assert signature and signature not in json.dumps(run.said())
+        assert signature and signature not in shown
+    ends = [e.get("providerMetadata") for e in turn if e["type"] == "reasoning-end"]
+    assert [m["anthropic"]["signature"] for m in ends if m] == [s for s in reading.signatures if s]
     if reading.error is None:
         assert tool_calls(turn) == [{k: c[k] for k in ("id", "name", "arguments")} for c in reading.tool_calls]
         u = reading.usage
