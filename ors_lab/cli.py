@@ -26,6 +26,9 @@
 - ``ors-lab report TRACE [-o RUN.html] [--timelines N]``: write the run's report, one self-contained
   HTML file (summary, dashboards, per-task tables, episodes with their timelines and transcripts)
   that opens offline in any browser; an existing file at ``-o`` is replaced.
+- ``ors-lab export TRACE --format F [--min-reward R] [-o FILE]``: write each episode's conversation as the
+  LLM API ``F``'s messages (``openai``: chat completions, ``anthropic``: Messages, ``responses``: the Responses
+  API), one JSON line per episode with its reward (``Trace.conversations``); those below ``R`` left out.
 - ``ors-lab check TRACE [--ping-interval S]``: check every ``/call`` stream of a trace against the
   ORS protocol; prints one line per violation and a summary, exits 1 when there is any.
 
@@ -56,6 +59,7 @@ from typing import Any
 import httpx2
 
 from ors_lab.agents.openai import OpenAIAgent
+from ors_lab.analysis.conversations import FORMATS
 from ors_lab.client import Client
 from ors_lab.demo.launch import serve
 from ors_lab.protocol.errors import ORSError, SplitRequiredError, TraceExistsError
@@ -285,6 +289,15 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from ors_lab.analysis import load_trace  # pandas, pyarrow: only for this command
+
+    out = Path(args.out) if args.out else Path(args.trace).with_suffix(f".{args.format}.jsonl")
+    written = load_trace(args.trace).write_conversations(out, args.format, min_reward=args.min_reward)
+    print(f"{written} conversations ({args.format}) written to {out}")
+    return 0
+
+
 def _redaction(args: argparse.Namespace) -> dict[str, Any]:
     """The Recorder keywords for ``--redact`` and ``--redact-pattern``."""
     return {"redact_names": args.redact, "redact_patterns": args.redact_pattern}
@@ -389,6 +402,16 @@ def _parser() -> argparse.ArgumentParser:
                         help="hold the timelines and transcripts of N episodes at most, the failed ones first "
                         "(default: 2000)")  # fmt: skip
     report.set_defaults(run=_report)
+    export = commands.add_parser("export", help="write each episode's conversation as an LLM API's messages (JSONL)")
+    export.add_argument("trace", help="the trace file (its .parts directory is read if the recording never closed)")
+    export.add_argument("--format", required=True, choices=list(FORMATS),
+                        help="the API whose messages to write: openai (chat completions), anthropic (Messages), "
+                        "responses (the Responses API)")  # fmt: skip
+    export.add_argument("--min-reward", type=float, metavar="R", help="only the episodes whose reward is R or more")
+    export.add_argument("-o", "--out", metavar="FILE",
+                        help="the JSONL file to write, replaced if there (default: the trace's name with "
+                        ".FORMAT.jsonl)")  # fmt: skip
+    export.set_defaults(run=_export)
     check = commands.add_parser("check", help="check every /call stream of a trace against the ORS protocol")
     check.add_argument("trace", help="the trace file (its .parts directory is read if the recording never closed)")
     check.add_argument(

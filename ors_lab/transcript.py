@@ -114,8 +114,9 @@ class Part:
 
     @property
     def arguments(self) -> str:
-        """A tool call's arguments as JSON text: as streamed when they were, else its whole input."""
-        if self._chunks or self.input is None:
+        """A tool call's arguments as JSON text: as streamed when they were (nothing at all, when the model streamed
+        none), else its whole input."""
+        if self._chunks or self.streamed or self.input is None:
             return self.text
         return json.dumps(self.input, ensure_ascii=False, separators=(",", ":"), default=str)
 

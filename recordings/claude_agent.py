@@ -2,7 +2,7 @@
 
 It has no event code: the client records its traffic into the run's trace and publishes what the model
 streams (thinking, text, tool input, usage) as agent events. `docs/evaluation-and-agents.md` shows the same
-loop; `notebooks/05-any-agent.ipynb` replays the trace with it (`ol.evaluate(..., llm_replay=TRACE)`).
+loop; `notebooks/02-evaluate.ipynb` replays the trace with it (`ol.evaluate(..., llm_replay=TRACE)`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ on the demo arithmetic tasks, through `episode.llm_client()`.
 The model is the scripted server of the tests (`tests/llm_server.py`) speaking the Messages API: it thinks
 (a thinking block with its signature), says a sentence and calls `submit` with the answer. It knows every
 test problem but one, which it gets wrong, and answers another in text only (no tool call: that episode
-ends unfinished). `notebooks/05-any-agent.ipynb` and `docs/evaluation-and-agents.md` replay the trace with
+ends unfinished). `notebooks/02-evaluate.ipynb` and `docs/evaluation-and-agents.md` replay the trace with
 `ReplayServer` and `llm_replay=`, with no server, model, key or network.
 """
 

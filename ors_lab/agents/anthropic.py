@@ -43,48 +43,19 @@ from typing import Any
 
 import httpx2
 
-from ors_lab.agents.chat import ToolCall, tool_input
 from ors_lab.agents.episode import Episode
 from ors_lab.agents.errors import REPORTED, error_event, provider_error, replay_mismatch
 from ors_lab.agents.http import needs_credentials, recording_http_client
 from ors_lab.agents.messages import MessagesAnswer
 from ors_lab.agents.openai import _stream
-from ors_lab.agents.turn import Turn
-from ors_lab.events import ToolOutputErrorEvent
+from ors_lab.agents.turn import Turn, run_tool
+from ors_lab.analysis.conversations import anthropic as messages_api
+from ors_lab.analysis.conversations import content_of
 from ors_lab.protocol.errors import ProviderError
-from ors_lab.protocol.models import Block, ImageBlock, TextBlock
 
-__all__ = ["AnthropicAgent", "anthropic_tools", "content_blocks"]
+__all__ = ["AnthropicAgent"]
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
-
-
-def anthropic_tools(episode: Episode) -> list[dict[str, Any]]:
-    """The session's tools as Anthropic tools."""
-    return [
-        {
-            "name": spec.name,
-            "description": spec.description,
-            "input_schema": spec.input_schema if isinstance(spec.input_schema, dict) else {"type": "object"},
-        }
-        for spec in episode.tools
-    ]
-
-
-def content_blocks(blocks: list[Block] | tuple[Block, ...]) -> list[dict[str, Any]]:
-    """ORS blocks as Messages content blocks: text as text, images as base64 image blocks (any other
-    block as a text naming its type)."""
-    out: list[dict[str, Any]] = []
-    for block in blocks:
-        if isinstance(block, TextBlock):
-            if block.text:
-                out.append({"type": "text", "text": block.text})
-        elif isinstance(block, ImageBlock):
-            source = {"type": "base64", "media_type": block.mime_type, "data": block.data}
-            out.append({"type": "image", "source": source})
-        else:
-            out.append({"type": "text", "text": f"[{block.type} block]"})
-    return out
 
 
 class AnthropicAgent:
@@ -141,7 +112,7 @@ class AnthropicAgent:
             request["system"] = self.system
         if self.thinking is not None:
             request["thinking"] = self.thinking
-        tools = anthropic_tools(episode)
+        tools = messages_api.tools(episode.tools)
         if tools:
             request["tools"] = tools
         return request
@@ -156,7 +127,7 @@ class AnthropicAgent:
             base_url=self.base_url, api_key=key, http_client=http_client, max_retries=self.max_retries
         )
         request = self._request(episode)
-        prompt = content_blocks(episode.prompt) or [{"type": "text", "text": episode.prompt_text}]
+        prompt = messages_api.content(content_of(episode.prompt)) or [{"type": "text", "text": episode.prompt_text}]
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         try:
             turns = 0
@@ -188,25 +159,10 @@ class AnthropicAgent:
                     for call in answer.calls:
                         if episode.done:
                             return
-                        results.append(await _tool_result(episode, call))
+                        results.append(messages_api.tool_result(await run_tool(episode, call)))
                     messages.append({"role": "user", "content": results})
         finally:
             await client.close()
-
-
-async def _tool_result(episode: Episode, call: ToolCall) -> dict[str, Any]:
-    """Run one tool call: its ``tool_result`` block (the output's text and images, or why it was not run)."""
-    try:
-        arguments = tool_input(call)
-    except ValueError as exc:
-        message = str(exc)
-        episode.publish(ToolOutputErrorEvent(tool_call_id=call.id, tool=call.name, error=message))
-        return {"type": "tool_result", "tool_use_id": call.id, "content": f"error: {message}", "is_error": True}
-    result = await episode.call(call.name, arguments, tool_call_id=call.id)
-    if not result.ok:
-        return {"type": "tool_result", "tool_use_id": call.id, "content": f"error: {result.text}", "is_error": True}
-    content: list[dict[str, Any]] | str = content_blocks(result.blocks) or result.text
-    return {"type": "tool_result", "tool_use_id": call.id, "content": content}
 
 
 def _reported(

@@ -39,30 +39,14 @@ from typing import Any
 
 import httpx2
 
-from ors_lab.agents.chat import ToolCall, tool_input
 from ors_lab.agents.episode import Episode
 from ors_lab.agents.errors import REPORTED, error_event, replay_mismatch
 from ors_lab.agents.http import needs_credentials, recording_http_client
-from ors_lab.agents.turn import Turn
-from ors_lab.events import ToolOutputErrorEvent
+from ors_lab.agents.turn import Turn, run_tool
+from ors_lab.analysis.conversations import openai as chat
 from ors_lab.protocol.errors import ProviderError, ProviderStreamError
 
-__all__ = ["OpenAIAgent", "function_tools"]
-
-
-def function_tools(episode: Episode) -> list[dict[str, Any]]:
-    """The session's tools as OpenAI function tools."""
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": spec.name,
-                "description": spec.description,
-                "parameters": spec.input_schema if isinstance(spec.input_schema, dict) else {"type": "object"},
-            },
-        }
-        for spec in episode.tools
-    ]
+__all__ = ["OpenAIAgent"]
 
 
 class OpenAIAgent:
@@ -127,7 +111,7 @@ class OpenAIAgent:
         if self.system:
             messages.append({"role": "system", "content": self.system})
         messages.append({"role": "user", "content": episode.prompt_text})
-        tools = function_tools(episode)
+        tools = chat.tools(episode.tools)
         options: dict[str, Any] = {}
         if self.temperature is not None:
             options["temperature"] = self.temperature
@@ -163,8 +147,7 @@ class OpenAIAgent:
                     for call in calls:
                         if episode.done:
                             return
-                        content = await _run_tool(episode, call)
-                        messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+                        messages.append(chat.tool_message(await run_tool(episode, call)))
         finally:
             await client.close()
 
@@ -205,15 +188,3 @@ async def _stream(
         cause = exc.__cause__
         why = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
         raise ProviderStreamError(f"the connection to the provider failed before any answer came ({why})") from exc
-
-
-async def _run_tool(episode: Episode, call: ToolCall) -> str:
-    """Run one tool call; what goes back to the model (the output, or why it was not run)."""
-    try:
-        arguments = tool_input(call)
-    except ValueError as exc:
-        message = str(exc)
-        episode.publish(ToolOutputErrorEvent(tool_call_id=call.id, tool=call.name, error=message))
-        return f"error: {message}"
-    result = await episode.call(call.name, arguments, tool_call_id=call.id)
-    return result.text if result.ok else f"error: {result.text}"

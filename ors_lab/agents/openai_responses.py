@@ -40,26 +40,13 @@ import httpx2
 
 from ors_lab.agents.episode import Episode
 from ors_lab.agents.http import needs_credentials, recording_http_client
-from ors_lab.agents.openai import _reported, _run_tool, _stream
+from ors_lab.agents.openai import _reported, _stream
 from ors_lab.agents.responses import ResponsesAnswer
-from ors_lab.agents.turn import Turn
+from ors_lab.agents.turn import Turn, run_tool
+from ors_lab.analysis.conversations import responses
 from ors_lab.protocol.errors import ProviderError
 
-__all__ = ["OpenAIResponsesAgent", "response_tools"]
-
-
-def response_tools(episode: Episode) -> list[dict[str, Any]]:
-    """The session's tools as Responses API function tools (flat, not strict)."""
-    return [
-        {
-            "type": "function",
-            "name": spec.name,
-            "description": spec.description,
-            "parameters": spec.input_schema if isinstance(spec.input_schema, dict) else {"type": "object"},
-            "strict": False,
-        }
-        for spec in episode.tools
-    ]
+__all__ = ["OpenAIResponsesAgent"]
 
 
 class OpenAIResponsesAgent:
@@ -113,7 +100,7 @@ class OpenAIResponsesAgent:
             base_url=self.base_url, api_key=key, http_client=http_client, max_retries=self.max_retries
         )
         inputs: list[dict[str, Any]] = [{"role": "user", "content": episode.prompt_text}]
-        tools = response_tools(episode)
+        tools = responses.tools(episode.tools)
         options = dict(self.params)
         if self.reasoning is not None:
             options["reasoning"] = self.reasoning
@@ -144,7 +131,6 @@ class OpenAIResponsesAgent:
                     for call in answer.calls:
                         if episode.done:
                             return
-                        content = await _run_tool(episode, call)
-                        inputs.append({"type": "function_call_output", "call_id": call.id, "output": content})
+                        inputs.append(responses.function_call_output(await run_tool(episode, call)))
         finally:
             await client.close()

@@ -4,8 +4,9 @@ pieces to ``text-*``, ``reasoning-*``, ``tool-input-*`` and ``usage`` events.
 ``Turn`` is shared by the three agents (``OpenAIAgent``, ``OpenAIResponsesAgent``, ``AnthropicAgent``)
 and by ``Episode.llm_client()``, which reads the answers of any agent's own SDK calls through it:
 the same bytes give the same events whoever sent the request. ``decoder_for(path)`` names the wire
-format of a request by its path: ``.../chat/completions`` (``ChatAnswer``), ``.../messages``
-(``MessagesAnswer``), ``.../responses`` (``ResponsesAnswer``).
+format of a request by its path (``ors_lab.analysis.conversations.formats``): ``.../chat/completions``
+(``ChatAnswer``), ``.../messages`` (``MessagesAnswer``), ``.../responses`` (``ResponsesAnswer``). ``run_tool``
+runs one of the model's tool calls and says what goes back to it, as ``ors_lab.analysis.conversations`` writes it.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
-from ors_lab.agents.chat import Answer, ChatAnswer, EndPiece, Piece, TextPiece, ToolCall
+from ors_lab.agents.chat import Answer, ChatAnswer, EndPiece, Piece, TextPiece, ToolCall, tool_input
 from ors_lab.agents.messages import MessagesAnswer
 from ors_lab.agents.responses import ResponsesAnswer
+from ors_lab.analysis.conversations import ToolOutcome, failed, formats, outcome_of
 from ors_lab.events import (
     AgentEvent,
     ReasoningDeltaEvent,
@@ -27,9 +29,11 @@ from ors_lab.events import (
     ToolInputDeltaEvent,
     ToolInputEndEvent,
     ToolInputStartEvent,
+    ToolOutputErrorEvent,
 )
+from ors_lab.protocol.models import ToolResult
 
-__all__ = ["FORMATS", "Publisher", "TextStream", "Turn", "decoder_for"]
+__all__ = ["DECODERS", "Publisher", "TextStream", "Turn", "decoder_for", "run_tool"]
 
 
 class Publisher(Protocol):
@@ -50,22 +54,18 @@ class Publisher(Protocol):
     ) -> None: ...
 
 
-FORMATS: dict[str, tuple[str, type[ChatAnswer | MessagesAnswer | ResponsesAnswer]]] = {
-    "/chat/completions": ("openai", ChatAnswer),
-    "/messages": ("anthropic", MessagesAnswer),
-    "/responses": ("openai", ResponsesAnswer),
+DECODERS: dict[str, tuple[str, type[ChatAnswer | MessagesAnswer | ResponsesAnswer]]] = {
+    "openai": ("openai", ChatAnswer),
+    "anthropic": ("anthropic", MessagesAnswer),
+    "responses": ("openai", ResponsesAnswer),
 }
-"""A request path's ending: the provider that speaks the format, and its decoder."""
+"""Each wire format (``ors_lab.analysis.conversations.FORMATS``): the provider that speaks it, and its decoder."""
 
 
 def decoder_for(method: str, path: str) -> tuple[str, type[ChatAnswer | MessagesAnswer | ResponsesAnswer]] | None:
     """The provider and decoder of a request that asks for a model's answer in a known format; else None."""
-    if method != "POST":
-        return None
-    for ending, known in FORMATS.items():
-        if path.endswith(ending):
-            return known
-    return None
+    known = formats.of(method, path)
+    return None if known is None else DECODERS[known]
 
 
 class TextStream:
@@ -205,3 +205,23 @@ class Turn:
                 for c in self.answer.calls
             ]
         return message
+
+
+class ToolCaller(Publisher, Protocol):
+    """What runs a turn's tool calls: an episode (``ors_lab.agents.episode.Episode``)."""
+
+    async def call(self, name: str, input: Mapping[str, Any] | None = None, *,
+                   tool_call_id: str | None = None) -> ToolResult: ...  # fmt: skip
+
+
+async def run_tool(episode: ToolCaller, call: ToolCall) -> ToolOutcome:
+    """Run one tool call of the model's: what goes back to it (the result's blocks, or its error). A call whose
+    arguments are not one JSON object is never run: the model is told why (a ``tool-output-error`` says it too)."""
+    try:
+        arguments = tool_input(call)
+    except ValueError as exc:
+        message = str(exc)
+        episode.publish(ToolOutputErrorEvent(tool_call_id=call.id, tool=call.name, error=message))
+        return failed(call.id, message)
+    result = await episode.call(call.name, arguments, tool_call_id=call.id)
+    return outcome_of(call.id, result)

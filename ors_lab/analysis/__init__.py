@@ -1,24 +1,56 @@
 """Analysis, the reading side of traces: ``load_trace`` / ``Trace``, and the DataFrame builders
 (events, calls, sessions, steps, episodes, tasks, errors, summary, transcripts: ``ors_lab.analysis.frames``)
-that ``Trace`` and ``EvalResult`` both use; the reward reduction and pass@k."""
+that ``Trace`` and ``EvalResult`` both use; the reward reduction and pass@k; each episode's conversation in an
+LLM API's shape (``ors_lab.analysis.conversations``).
 
-from ors_lab.analysis.frames import (
-    calls_frame,
-    episodes_frame,
-    errors_frame,
-    events_frame,
-    finished_episodes,
-    sessions_frame,
-    steps_frame,
-    summary_frame,
-    tasks_frame,
-    transcripts_frame,
-)
-from ors_lab.analysis.reduce import REDUCTIONS, Reduction, pass_at_k, reduce_reward
-from ors_lab.analysis.trace import Trace, load_trace
+The names load on first use: pyarrow and pandas are heavy, and the agents write their requests with the
+conversation shapes, which need neither.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ors_lab.analysis.conversations.build import Conversation
+    from ors_lab.analysis.frames import (
+        calls_frame,
+        episodes_frame,
+        errors_frame,
+        events_frame,
+        finished_episodes,
+        sessions_frame,
+        steps_frame,
+        summary_frame,
+        tasks_frame,
+        transcripts_frame,
+    )
+    from ors_lab.analysis.reduce import REDUCTIONS, Reduction, pass_at_k, reduce_reward
+    from ors_lab.analysis.trace import Trace, load_trace
+
+_LAZY = {
+    **dict.fromkeys(
+        [
+            "calls_frame",
+            "episodes_frame",
+            "errors_frame",
+            "events_frame",
+            "finished_episodes",
+            "sessions_frame",
+            "steps_frame",
+            "summary_frame",
+            "tasks_frame",
+            "transcripts_frame",
+        ],
+        "ors_lab.analysis.frames",
+    ),
+    **dict.fromkeys(["REDUCTIONS", "Reduction", "pass_at_k", "reduce_reward"], "ors_lab.analysis.reduce"),
+    **dict.fromkeys(["Trace", "load_trace"], "ors_lab.analysis.trace"),
+    "Conversation": "ors_lab.analysis.conversations.build",
+}
 
 __all__ = [
     "REDUCTIONS",
+    "Conversation",
     "Reduction",
     "Trace",
     "calls_frame",
@@ -35,3 +67,15 @@ __all__ = [
     "tasks_frame",
     "transcripts_frame",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ors_lab.analysis' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -36,13 +36,14 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import cached_property, partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ors_lab import display
+from ors_lab.analysis.conversations.formats import check
 from ors_lab.protocol.errors import TraceFormatError, TraceNotFoundError, TraceTooLargeError
 from ors_lab.recording.parts import (
     check_metadata,
@@ -69,11 +70,13 @@ from ors_lab.recording.schema import (
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ors_lab.analysis.conversations.build import Conversation
     from ors_lab.analysis.frames import Summary
 
 __all__ = ["EVENTS_ROWS", "PAGE_ROWS", "Trace", "load_trace"]
 
 log = logging.getLogger("ors_lab.analysis")
+_T = TypeVar("_T")
 
 EVENTS_ROWS = 5_000_000
 """The most rows ``trace.events`` makes one DataFrame of (about 5 GB in memory); page through more."""
@@ -421,6 +424,36 @@ class Trace:
         episodes = self.__dict__.get("episodes")  # when made already; else the cheaper listing of the same episodes
         return self._frame("transcripts", lambda: transcripts_frame(self, episodes))
 
+    def conversations(self, format: str = "openai", *, min_reward: float | None = None) -> list[Conversation]:
+        """Each episode's conversation as ``format``'s messages (``"openai"``: chat completions, ``"anthropic"``:
+        Messages, ``"responses"``: the Responses API), tool calls and tool results included, with its reward; the
+        episodes whose reward is below ``min_reward`` (or who have none) left out. In the order of ``episodes``.
+        ``ors_lab.analysis.conversations`` says what each holds; ``write_conversations`` writes them as JSONL."""
+        from ors_lab.analysis.conversations.build import build  # pyarrow, pandas: loaded when asked for
+
+        check(format)
+        if min_reward is not None and (isinstance(min_reward, bool) or not isinstance(min_reward, int | float)):
+            raise TypeError(f"min_reward must be a number or None, not {type(min_reward).__name__}: {min_reward!r}")
+        episodes = self.episodes
+        records: list[dict[str, Any]] = episodes.astype(object).where(episodes.notna(), None).to_dict("records")  # type: ignore[assignment]
+        return self._built("conversations", lambda: build(self, records, format=format, min_reward=min_reward))
+
+    def write_conversations(
+        self, path: str | os.PathLike[str], format: str = "openai", *, min_reward: float | None = None
+    ) -> int:
+        """Write ``conversations(format, min_reward=...)`` to ``path`` as JSONL, one episode a line
+        (``Conversation.to_json()``); the number of lines written. The file is written whole or not at all."""
+        from ors_lab.events import strict_json  # the JSON any reader takes: a reward that is NaN is null
+
+        conversations = self.conversations(format, min_reward=min_reward)
+        target = Path(path)
+        temporary = target.with_name(f".{target.name}.partial")
+        with temporary.open("w", encoding="utf-8") as out:
+            for conversation in conversations:
+                out.write(strict_json(conversation.to_json()) + "\n")
+        os.replace(temporary, target)
+        return len(conversations)
+
     def summary(self) -> Summary:
         """The trace's episodes in one row, shown as a short vertical table: mean reward and its stderr,
         success rate, pass@k, errors."""
@@ -432,6 +465,10 @@ class Trace:
     def _frame(self, name: str, build: Callable[[], pd.DataFrame]) -> pd.DataFrame:
         """``build()``, with what the trace's rows cannot make (a record that is not JSON, a value of the
         wrong kind in a hand-edited trace) a ``TraceFormatError`` naming the trace and the frame."""
+        return self._built(name, build)
+
+    def _built(self, name: str, build: Callable[[], _T]) -> _T:
+        """``_frame`` for anything the rows make."""
         try:
             return build()
         except TraceFormatError:

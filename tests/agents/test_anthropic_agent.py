@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import ors_lab as ol
-from ors_lab.agents.anthropic import content_blocks
+from ors_lab.analysis.conversations import anthropic, content_of
 from ors_lab.events import AgentEvent
 from ors_lab.protocol.models import ImageBlock, TextBlock
 from tests.envs.common import IMAGE_CAPTION, LAB_TASKS, PNG_1X1_B64
@@ -171,7 +171,7 @@ def test_input_that_is_not_json_is_never_run(ors_sdk_server: Any) -> None:
 def test_prompt_images_become_image_blocks() -> None:
     """ORS text and image blocks become Messages text and base64 image blocks, in order."""
     blocks = [TextBlock(text="Look:"), ImageBlock(data=PNG_1X1_B64, mime_type="image/png")]
-    assert content_blocks(blocks) == [
+    assert anthropic.content(content_of(blocks)) == [
         {"type": "text", "text": "Look:"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_1X1_B64}}]  # fmt: skip
 

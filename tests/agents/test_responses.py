@@ -87,7 +87,8 @@ def test_each_done_items_id_ends_its_part(fixture: Path) -> None:
             wanted.append(EndPiece("text", {"openai": {"itemId": item["id"]}}))
     assert ends == wanted
     done_calls = [i for i in reading.items if i.get("type") == "function_call"]
-    assert [c.metadata for c in answer.calls[: len(done_calls)]] == [{"openai": {"itemId": i["id"]}} for i in done_calls]
+    wanted_calls = [{"openai": {"itemId": i["id"]}} for i in done_calls]
+    assert [c.metadata for c in answer.calls[: len(done_calls)]] == wanted_calls
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[f.stem for f in FIXTURES])

@@ -20,8 +20,11 @@ from typing import Any
 import pytest
 
 import ors_lab as ol
+from ors_lab.analysis.conversations import FORMATS
 from ors_lab.events import AgentEvent
 from ors_lab.recording.redact import Redactor
+from tests.wild.api_rules import chat_rules, messages_rules, responses_rules
+from tests.wild.conversations import sent
 from tests.wild.messages_reading import read_messages
 from tests.wild.reading import read_answer
 from tests.wild.responses_reading import read_response
@@ -247,3 +250,22 @@ def test_the_committed_claude_run_replays_offline() -> None:
     assert turns["reasoning"].str.contains("I know this one").any()
     assert turns["text"].str.contains("I will submit").any()
     assert turns["tool_calls"].str.startswith("submit(").any() and (turns["block"] == "llm call 1").any()
+
+
+FORMAT = {"anthropic": "anthropic", "chat": "openai", "responses": "responses"}
+"""Each case's API, by the first word of its name, as `Trace.conversations` names it."""
+RULES = {"anthropic": messages_rules, "openai": chat_rules, "responses": responses_rules}
+
+
+def test_the_conversation_is_the_last_request_then_what_came_of_it(run: Run) -> None:
+    """The episode's conversation in its SDK's API: the last request the SDK sent, as the server received it, then
+    the answer to it and the tool results after it (rebuilt from the events); an API would take all of it back."""
+    format = FORMAT[run.case.name.split("-")[0]]
+    [conversation] = ol.load_trace(run.path).conversations(format)
+    got, last = conversation.request(), sent(run.requests[-1], format)
+    field = FORMATS[format].MESSAGES
+    assert got[field][: len(last[field])] == last[field]
+    assert {k: v for k, v in got.items() if k != field} == {k: v for k, v in last.items() if k != field}
+    if run.reading.error is None:  # an answer came: the conversation goes on past the request
+        assert len(got[field]) > len(last[field])
+    RULES[format](got)

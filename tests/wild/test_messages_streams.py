@@ -19,6 +19,7 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.events import AGENT_KINDS, AgentEvent
+from tests.wild.conversations import before_each_request, sent
 from tests.wild.messages_reading import MessagesReading, read_messages
 from tests.wild.stream_server import AFTER_TOOL_RESULTS, MANNERS, StreamServer
 
@@ -219,3 +220,10 @@ def test_every_messages_fixture_names_its_source() -> None:
         assert {"source", "provider", "model", "framing", "notes"} <= set(meta)
         assert len(meta["source"]["commit"]) == 40 and meta["source"]["repository"].count("/") == 1
         assert f"`messages/{fixture.name}`" in readme
+
+
+def test_the_trace_gives_each_request_again_as_the_conversation(run: Run) -> None:
+    """Cut before each request the agent sent, the episode's conversation (Messages) is that request's system prompt,
+    messages and tools as the server received them: the answers (thinking with its signature, text, tool_use) and
+    tool results rebuilt from the recorded events, the earlier turns from the recorded request."""
+    assert before_each_request(run.path, "anthropic") == [sent(r, "anthropic") for r in run.requests]

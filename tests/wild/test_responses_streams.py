@@ -21,6 +21,7 @@ import pytest
 import ors_lab as ol
 from ors_lab.events import AGENT_KINDS, AgentEvent
 from ors_lab.recording.redact import Redactor
+from tests.wild.conversations import before_each_request, sent
 from tests.wild.reading import sse_data
 from tests.wild.responses_reading import ResponseReading, read_response
 from tests.wild.responses_server import AFTER_TOOLS, STREAMS, ResponsesServer
@@ -247,3 +248,28 @@ def test_every_stream_names_its_source() -> None:
         assert {"source", "provider", "model", "framing", "had_done", "notes"} <= set(meta)
         assert len(meta["source"]["commit"]) == 40 and meta["source"]["repository"].count("/") == 1
         assert f"`responses/{fixture.name}`" in listed
+
+
+def written(item: dict[str, Any]) -> dict[str, Any]:
+    """An input item as a conversation writes it: what the API needs of it (a server's output item also has its
+    status, annotations and log probabilities), a reasoning item's summary as one text."""
+    kept = {k: v for k, v in item.items() if k not in ("status", "logprobs")}
+    if item.get("type") == "message" and item.get("role") == "assistant":
+        kept["content"] = [{"type": "output_text", "text": "".join(c.get("text", "") for c in item["content"]),
+                            "annotations": []}]  # fmt: skip
+    if item.get("type") == "reasoning":
+        text = "".join(s["text"] for s in item.get("summary") or [])
+        kept["summary"] = [{"type": "summary_text", "text": text}] if text else []
+        kept = {k: v for k, v in kept.items() if k in ("type", "id", "summary") or v is not None}
+    return kept
+
+
+def test_the_trace_gives_each_request_again_as_the_conversation(run: Run) -> None:
+    """Cut before each request the agent sent, the episode's conversation (Responses) is that request's input items
+    and tools as the server received them (each output item as the API needs it back: `written`), the answer's items
+    rebuilt from the recorded events, keyed by the same item and call ids."""
+    def normal(fields: dict[str, Any]) -> dict[str, Any]:
+        return {**fields, "input": [written(item) for item in fields["input"]]}
+
+    got = [normal(fields) for fields in before_each_request(run.path, "responses")]
+    assert got == [normal(sent(r, "responses")) for r in run.requests]

@@ -18,6 +18,7 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.events import AGENT_KINDS, AgentEvent
+from tests.wild.conversations import before_each_request, sent
 from tests.wild.reading import Reading, read_answer
 from tests.wild.stream_server import AFTER_TOOLS, MANNERS, StreamServer, written
 
@@ -276,3 +277,10 @@ def test_every_fixture_names_its_source() -> None:
         assert meta["had_done"] is (b"data: [DONE]" in fixture.read_bytes())
         if not meta.get("synthetic"):
             assert len(meta["source"]["commit"]) == 40 and meta["source"]["repository"].count("/") == 1
+
+
+def test_the_trace_gives_each_request_again_as_the_conversation(run: Run) -> None:
+    """Cut before each request the agent sent, the episode's conversation (chat completions) is that request's
+    messages and tools as the server received them: the assistant's content and tool calls and the tool messages
+    rebuilt from the recorded events, the earlier turns from the recorded request."""
+    assert before_each_request(run.path, "openai") == [sent(r, "openai") for r in run.requests]
