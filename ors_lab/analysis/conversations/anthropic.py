@@ -37,6 +37,7 @@ from ors_lab.analysis.conversations.model import (
     ToolOutcome,
     ToolUse,
     metadata_of,
+    schema_of,
 )
 from ors_lab.protocol.models import ToolSpec
 
@@ -54,7 +55,7 @@ def tools(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:
         {
             "name": spec.name,
             "description": spec.description,
-            "input_schema": spec.input_schema if isinstance(spec.input_schema, dict) else {"type": "object"},
+            "input_schema": schema_of(spec),
         }
         for spec in specs
     ]

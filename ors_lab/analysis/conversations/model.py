@@ -33,6 +33,7 @@ __all__ = [
     "failed",
     "metadata_of",
     "outcome_of",
+    "schema_of",
 ]
 
 
@@ -170,3 +171,8 @@ def metadata_of(metadata: Any, provider: str, key: str) -> Any:
     """``metadata[provider][key]``, or None (provider metadata as events hold it: any JSON)."""
     said = metadata.get(provider) if isinstance(metadata, Mapping) else None
     return said.get(key) if isinstance(said, Mapping) else None
+
+
+def schema_of(spec: ToolSpec) -> dict[str, Any]:
+    """A tool's input schema, as the APIs take it: a JSON object (``{"type": "object"}`` when it has none)."""
+    return spec.input_schema if isinstance(spec.input_schema, dict) else {"type": "object"}

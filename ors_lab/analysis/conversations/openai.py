@@ -32,6 +32,7 @@ from ors_lab.analysis.conversations.model import (
     Text,
     ToolOutcome,
     ToolUse,
+    schema_of,
 )
 from ors_lab.protocol.models import ToolSpec
 
@@ -48,14 +49,10 @@ def tools(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return [
         {
             "type": "function",
-            "function": {"name": spec.name, "description": spec.description, "parameters": _schema(spec)},
+            "function": {"name": spec.name, "description": spec.description, "parameters": schema_of(spec)},
         }
         for spec in specs
     ]
-
-
-def _schema(spec: ToolSpec) -> dict[str, Any]:
-    return spec.input_schema if isinstance(spec.input_schema, dict) else {"type": "object"}
 
 
 def tool_message(outcome: ToolOutcome) -> dict[str, Any]:

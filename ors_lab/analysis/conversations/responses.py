@@ -37,6 +37,7 @@ from ors_lab.analysis.conversations.model import (
     ToolOutcome,
     ToolUse,
     metadata_of,
+    schema_of,
 )
 from ors_lab.protocol.models import ToolSpec
 
@@ -55,7 +56,7 @@ def tools(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:
             "type": "function",
             "name": spec.name,
             "description": spec.description,
-            "parameters": spec.input_schema if isinstance(spec.input_schema, dict) else {"type": "object"},
+            "parameters": schema_of(spec),
             "strict": False,
         }
         for spec in specs
