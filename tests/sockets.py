@@ -20,12 +20,17 @@ def socket_inodes(pid: int | str = "self") -> set[str]:
     return inodes
 
 
-def connections_to(port: int) -> int:
-    """This process's TCP sockets to ``port`` on any IPv4 host: its socket fds found in ``/proc/net/tcp``."""
+def sockets_to(port: int) -> set[str]:
+    """The inodes of this process's TCP sockets to ``port`` on any IPv4 host (its socket fds in ``/proc/net/tcp``)."""
     mine = socket_inodes()
-    count = 0
+    found = set()
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
         if fields[9] in mine and int(fields[2].rsplit(":", 1)[1], 16) == port:
-            count += 1
-    return count
+            found.add(fields[9])
+    return found
+
+
+def connections_to(port: int) -> int:
+    """How many TCP sockets this process has to ``port`` on any IPv4 host."""
+    return len(sockets_to(port))

@@ -22,19 +22,22 @@ from ors_lab.client import AiohttpTransport
 from ors_lab.client.transport import DEFAULT_CONNECTIONS
 from ors_lab.demo.launch import ServerProcess
 from tests.conftest import REPO_ROOT
-from tests.sockets import connections_to
+from tests.sockets import sockets_to
 
 
 class PeakConnections:
-    """Samples ``connections_to(port)`` every few milliseconds on the running loop; ``peak`` is the most seen."""
+    """Samples this process's sockets to ``port`` every few milliseconds on the running loop, leaving out those it
+    had already (another test's client, on the session's shared server); ``peak`` is the most seen."""
 
     def __init__(self, port: int) -> None:
         self.port = port
         self.peak = 0
         self.samples = 0
+        self._before: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> PeakConnections:
+        self._before = sockets_to(self.port)
         self._task = asyncio.create_task(self._sample())
         return self
 
@@ -45,7 +48,7 @@ class PeakConnections:
 
     async def _sample(self) -> None:
         while True:
-            self.peak = max(self.peak, connections_to(self.port))
+            self.peak = max(self.peak, len(sockets_to(self.port) - self._before))
             self.samples += 1
             await asyncio.sleep(0.003)
 
