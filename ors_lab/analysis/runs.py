@@ -1,4 +1,4 @@
-"""The runs a comparison reads (``ors_lab.analysis.compare``): a trace path, a ``Trace``, an ``EvalResult``, or the
+"""The runs a comparison reads (``ors_lab.analysis.comparison``): a trace path, a ``Trace``, an ``EvalResult``, or the
 per-task scores a trace recorded of its baseline.
 
 A run is read as its episodes (one row per episode: ``environment``, ``split``, ``task_index``, ``rollout``,

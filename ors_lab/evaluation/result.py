@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ors_lab.analysis import episodes_frame, errors_frame, steps_frame, summary_frame, tasks_frame
-from ors_lab.analysis.compare import Comparison, compare
+from ors_lab.analysis.comparison import Comparison, compare
 from ors_lab.analysis.frames import TOKENS, pass_columns
 from ors_lab.analysis.reduce import Reduction, pass_at_k
 from ors_lab.viewer.report import run_summary

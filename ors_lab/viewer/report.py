@@ -4,7 +4,10 @@ The page holds the run's summary card (as an ``EvalResult`` shows itself: mean r
 pass@k, success rate, errors, episodes and tasks, tokens, time, agent, model), then for each
 evaluation in the trace (an environment and split) its dashboard as the notebook drew it when the
 run ended (progress, figures, last errors, the tasks x rollouts grid whose cells open their
-transcripts, the reward histogram, the mean reward over time) and its per-task table, then every
+transcripts, the reward histogram, the mean reward over time; for a run evaluated against a baseline,
+the comparison: the paired delta, its interval and p-value, wins / losses / ties, the grid coloured by
+delta and the interval narrowing as tasks ended, from the ``baseline`` row the trace keeps) and its
+per-task table, then every
 episode in the trace viewer (a page at a time, sorted, filtered; a click opens the timeline:
 requests and responses, SSE events, pings and gaps, tool calls with inputs and outputs, rewards,
 the agent's reasoning and text, errors in red).
@@ -38,6 +41,7 @@ unpacked on the first click that needs it, so the page opens as fast whatever it
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import json
 import os
@@ -54,7 +58,7 @@ from ors_lab.analysis.frames import TOKENS, default_ks, errors_frame, summary_fr
 from ors_lab.events import agent_event, strict_json
 from ors_lab.html import Markup, escape
 from ors_lab.version import __version__
-from ors_lab.viewer.page import page_html
+from ors_lab.viewer.page import page_html, write_whole
 from ors_lab.viewer.run import RunState
 from ors_lab.viewer.run_summary import (
     HTML_CELLS,
@@ -64,6 +68,7 @@ from ors_lab.viewer.run_summary import (
     TaskRow,
     run_summary_html,
     task_table,
+    versus_rows,
 )
 from ors_lab.viewer.trace import TraceState, trace_state
 
@@ -155,15 +160,8 @@ def write_report(trace: Trace, path: str | os.PathLike[str], *, timelines: int =
     if path.resolve() == Path(trace.path).resolve():
         raise ValueError(f"{path} is the trace itself: write the report elsewhere, e.g. {path.with_suffix('.html')}")
     data = report_data(trace, timelines=timelines)
-    page = report_html(data).encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_bytes(page)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return Report(path, len(page), data.episodes, data.detailed)
+    size = write_whole(path, report_html(data).encode("utf-8"))
+    return Report(path, size, data.episodes, data.detailed)
 
 
 # -- the data --------------------------------------------------------------------------------------
@@ -233,6 +231,8 @@ def report_data(trace: Trace, *, timelines: int = TIMELINES, detail_bytes: int =
         summary = run_summary(run.episodes, ks, environment=run.environment, split=run.split,
                               rollouts=run.state.rollouts, agent=run.state.agent, elapsed_s=run.state.elapsed(),
                               tasks=TASK_ROWS)  # fmt: skip
+        if run.state.baseline is not None:  # the run against its baseline, as its dashboard ends
+            summary = replace(summary, versus=versus_rows(run.state.baseline.figures(ended=True)))
         more = summary.tasks - len(summary.task_rows)
         opened = " open" if len(summary.task_rows) <= OPEN_TASKS else ""  # a long table, folded, costs no layout
         tasks = Markup(
@@ -328,6 +328,7 @@ def _feed(table: pa.Table, runs: list[_Run], detailed: set[str], *, partial: boo
     every = pc.is_in(rows["kind"], value_set=pa.array(_FEED, pa.string()))
     mine = pc.is_in(rows["session_id"], value_set=pa.array(sorted(detailed), pa.string()))
     rows = rows.filter(pc.or_(every, mine)).sort_by("seq").select(_ROW_COLUMNS)
+    baselines = _baselines(table)
     now = [0.0]
 
     def clock() -> float:
@@ -364,9 +365,23 @@ def _feed(table: pa.Table, runs: list[_Run], detailed: set[str], *, partial: boo
         if run.state is None:  # its episodes left no agent rows: an empty dashboard
             run.state = RunState(run.environment, run.split, [], agent=run.agent, clock=clock)
             run.sessions = {}
+        for event in baselines:  # the run's baseline (its state takes the one of its environment and split)
+            run.state.apply(event)
         now[0] = run.last_t
         run.state.end("partial" if partial else "finished")
     return transcripts
+
+
+def _baselines(table: pa.Table) -> list[Any]:
+    """The baselines the trace's evaluations were compared with (``evaluate(..., baseline=...)``): their events."""
+    rows = table.filter(pc.and_(pc.equal(table["layer"], "agent"), pc.equal(table["kind"], "baseline")))
+    events = []
+    for data in rows["data"].to_pylist():
+        wire = _loads(data)
+        if isinstance(wire, dict):
+            with contextlib.suppress(TypeError, ValueError):  # a row no event is made of (a hand-edited trace)
+                events.append(agent_event("baseline", wire))
+    return events
 
 
 def _trace_summary(trace: Trace, episodes: pd.DataFrame, runs: list[_Run]) -> RunSummary:
