@@ -145,7 +145,7 @@ class Comparison:
         figures = {
             "reward": paired(tasks["delta"].tolist()),
             "success": paired(tasks["success_delta"].tolist()),
-            f"pass@{k}": paired([d for d in tasks["pass_delta"] if d is not None]),
+            f"pass@{k}": paired([d for d in tasks["pass_delta"] if not pd.isna(d)]),  # a task short of k rollouts: none
         }
         return _Pairing(tasks, _unpaired(base, cand), figures)
 
@@ -166,7 +166,7 @@ class Comparison:
             f = pairing.figures[metric]
             column = {"reward": ("mean_b", "mean_c"), "success": ("success_rate_b", "success_rate_c")}.get(
                 metric, ("pass_b", "pass_c"))  # fmt: skip
-            values = [v for v in pairing.tasks[list(column)].itertuples(index=False) if None not in v]
+            values = [v for v in pairing.tasks[list(column)].itertuples(index=False) if not any(pd.isna(x) for x in v)]
             means = [_mean([float(v[n]) for v in values]) for n in (0, 1)]
             rows[name] = {**f.figures(), "baseline_mean": means[0], "candidate_mean": means[1],
                           "unpaired": len(pairing.unpaired), "metric": metric, "baseline": self.names[0],
