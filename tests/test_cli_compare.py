@@ -82,7 +82,8 @@ def test_the_page_opens_from_disk_offline(tmp_path: Path) -> None:
     out = tmp_path / "pages" / "cmp.html"
     done = cli(DEMO, OPENAI, "-o", out)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == f"wrote {out} ({out.stat().st_size / 1024:.0f} KB): 10 paired tasks, every one side by side"
+    size = out.stat().st_size / 1024
+    assert done.stdout.splitlines()[-1] == f"wrote {out} ({size:.0f} KB): 10 paired tasks, every one side by side"
     summary = ol.compare(DEMO, OPENAI).summary()
     with opened(out, tmp_path) as it:
         page = it.page
