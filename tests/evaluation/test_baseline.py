@@ -87,7 +87,8 @@ def test_the_dashboard_compares_each_task_as_it_ends(against: Run) -> None:
     summary = against.result.comparison.summary()  # type: ignore[union-attr]
     for name in FIGURES:
         assert final[name] == pytest.approx(summary[name], abs=1e-12), name
-    assert seen[-1]["mean_delta"] == pytest.approx(summary["mean_delta"]) and final["name"] == "openai-arithmetic.parquet"
+    assert seen[-1]["mean_delta"] == pytest.approx(summary["mean_delta"])
+    assert final["name"] == "openai-arithmetic.parquet"
     deltas = against.state.snapshot()["grid"]["deltas"]
     assert deltas == "".join("uu" if task in (3, 5) else "kk" for task in range(10))  # +1 where it won, else 0
     assert "vs openai-arithmetic.parquet: delta +0.200 [" in against.state.text()

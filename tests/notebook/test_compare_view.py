@@ -46,8 +46,8 @@ def test_the_snapshot_holds_the_figures_the_tasks_and_the_unpaired(comparison: o
         summary = comparison.summary(metric)
         assert [snapshot["figures"][0][metric][name] for name in FIGURES] == list(summary[FIGURES])
     tasks = snapshot["tasks"][0]
-    deltas = dict(zip([row[0] for row in tasks["rows"]], [row[tasks["columns"].index("delta")] for row in tasks["rows"]],
-                      strict=True))  # fmt: skip
+    at = tasks["columns"].index("delta")
+    deltas = {row[0]: row[at] for row in tasks["rows"]}
     assert deltas == {f"arithmetic/test/{t}": (-1.0 if t in (3, 5) else 0.0) for t in range(10)}
     assert snapshot["unpaired"][0]["count"] == 10 and snapshot["unpaired"][0]["baseline"] == 10
     assert tasks["more"] == 0 and TASKS >= 1_000
@@ -109,8 +109,8 @@ def test_the_dashboard_compares_a_task_once_its_rollouts_ended() -> None:
     second outcome of a rollout replaces the first; running figures are paired()'s but for p; ended, all of them."""
     keys = [(task, rollout) for task in range(4) for rollout in range(2)]
     state = RunState("lab", "test", keys, resumed=[outcome(0, 0, 1.0).record(), outcome(0, 1, 0.0).record()])
-    state.apply(BaselineEvent(name="b", environment="lab", split="test", tasks=[[0, [1.0, 1.0], 2], [1, [0.0, 0.0], 0],
-                                                                                [2, [0.5, 0.5], 0], [9, [1.0], 1]]))  # fmt: skip
+    scores = [[0, [1.0, 1.0], 2], [1, [0.0, 0.0], 0], [2, [0.5, 0.5], 0], [9, [1.0], 1]]
+    state.apply(BaselineEvent(name="b", environment="lab", split="test", tasks=scores))
     assert state.baseline is not None and state.baseline.deltas == {0: -0.5}
     assert state.baseline.unpaired() == (1, 1)  # task 3 not in the baseline, task 9 not planned
     state.apply(outcome(1, 0, 1.0))
@@ -166,7 +166,8 @@ def test_the_view_in_jupyterlab(tmp_path: Path, jupyter_lab: JupyterLab) -> None
         page.locator(".ors-lab .ol-cmp-figures").wait_for()
         shown = {row.get_attribute("data-figure"): json.loads(row.locator("td").get_attribute("data-value") or "null")
                  for row in page.locator(".ol-cmp-figures tr").all()}  # fmt: skip
-        printed = next(line for line in page.locator(".jp-OutputArea-output").all_inner_texts() if '"mean_delta"' in line)
+        outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+        printed = next(line for line in outputs if '"mean_delta"' in line)
         figures = json.loads(printed.splitlines()[0])
         assert shown["mean_delta"] == figures["mean_delta"] and shown["p_value"] == figures["p_value"]
         assert shown["ci_low"] == [figures["ci_low"], figures["ci_high"]] and shown["tasks"] == figures["tasks"]
