@@ -59,7 +59,7 @@ ol.live_views({mode!r})
 with ol.Client({url!r}) as _client:
     _env = _client.environment({env!r})
     _t0, _c0 = time.monotonic(), time.process_time()
-    _result = ol.evaluate(_env, quiz_policy, split={split!r}, rollouts={rollouts}, concurrency={concurrency})
+    _result = ol.evaluate(_env, quiz_policy, split={split!r}, rollouts={rollouts}, concurrency={concurrency}{extra})
     _out = {{"wall": time.monotonic() - _t0, "cpu": time.process_time() - _c0, "episodes": len(_result.episodes)}}
 """
 
@@ -71,12 +71,13 @@ def view_messages(cell: Cell) -> dict[str, int]:
     return {kind: len(cell.of(kind)) for kind in ("comm_msg", "display_data", "update_display_data", "comm_open")}
 
 
-def measure(kernel: Kernel, source: Path, mode: str, episodes: int) -> dict[str, Any]:
-    """One run against a fresh replay server (a recorded episode is served once)."""
+def measure(kernel: Kernel, source: Path, mode: str, episodes: int, extra: str = "") -> dict[str, Any]:
+    """One run against a fresh replay server (a recorded episode is served once); ``extra``: more of evaluate's
+    keywords (``bench/compare.py``: ``, baseline=...``)."""
     proc, url = start_replay(source, source.with_suffix(".replay.log"))
     try:
         code = RUN.format(mode=mode, url=url, env=ENV_NAME, split=SPLIT, rollouts=_rollouts(episodes),
-                          concurrency=CONCURRENCY)  # fmt: skip
+                          concurrency=CONCURRENCY, extra=extra)  # fmt: skip
         cell = kernel.run(code, timeout=1800)
         report = kernel.run(REPORT)
     finally:

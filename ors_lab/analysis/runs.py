@@ -48,6 +48,7 @@ class Run:
     skipped: int = 0
     """Episodes that name no task index (opened with a task spec): they pair with nothing."""
     _streams: dict[str, list[dict[str, Any]]] | None = field(default=None, repr=False)
+    _steps: dict[Any, Any] | None = field(default=None, repr=False)
 
     def stream(self, session_id: str) -> AgentStream | None:
         """The agent's stream of one episode, its deltas joined (``ors_lab.transcript``); None without a trace or
@@ -72,7 +73,9 @@ class Run:
         if self.trace is None:
             return None
         steps = self.trace.steps
-        return steps[steps["session_id"] == session_id].reset_index(drop=True)
+        if self._steps is None:  # each session's rows found once: a page asks for hundreds of episodes
+            self._steps = dict(steps.groupby("session_id", sort=False).indices)
+        return steps.iloc[self._steps.get(session_id, [])].reset_index(drop=True)
 
 
 def read_run(run: Any, name: str | None = None) -> Run:
