@@ -102,6 +102,17 @@ def measure(kernel: Kernel, source: Path, mode: str, episodes: int, extra: str =
     }
 
 
+def kernel_environment(scratch: Path) -> None:
+    """The kernel's Jupyter and IPython state in ``scratch``, out of $HOME; ors_lab from this checkout; views as by
+    default."""
+    for name, folder in (("IPYTHONDIR", "ipython"), ("JUPYTER_CONFIG_DIR", "cfg"), ("JUPYTER_DATA_DIR", "data"),
+                         ("JUPYTER_RUNTIME_DIR", "rt")):  # fmt: skip
+        (scratch / folder).mkdir(parents=True, exist_ok=True)
+        os.environ[name] = str(scratch / folder)
+    os.environ["PYTHONPATH"] = str(REPO_ROOT)
+    os.environ.pop("ORS_LAB_VIEWS", None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=2_000)
@@ -113,13 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         source = Path(tmp) / "source.parquet"
         seconds = record_source(source, args.episodes)
         print(f"source trace: {_rollouts(args.episodes) * 6} live episodes recorded in {seconds:.1f} s", flush=True)
-        scratch = Path(tmp) / "jupyter"  # the kernel's Jupyter and IPython state, out of $HOME
-        for name, folder in (("IPYTHONDIR", "ipython"), ("JUPYTER_CONFIG_DIR", "cfg"), ("JUPYTER_DATA_DIR", "data"),
-                             ("JUPYTER_RUNTIME_DIR", "rt")):  # fmt: skip
-            (scratch / folder).mkdir(parents=True, exist_ok=True)
-            os.environ[name] = str(scratch / folder)
-        os.environ["PYTHONPATH"] = str(REPO_ROOT)
-        os.environ.pop("ORS_LAB_VIEWS", None)
+        kernel_environment(Path(tmp) / "jupyter")
         with Kernel(cwd=REPO_ROOT) as kernel:
             kernel.run(SETUP)
             measure(kernel, source, "off", min(args.episodes, 300))  # warm-up: imports, first views

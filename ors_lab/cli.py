@@ -414,8 +414,11 @@ def _parser() -> argparse.ArgumentParser:
     comparing.add_argument("baseline", help="the baseline run's trace")
     comparing.add_argument("candidates", nargs="+", metavar="candidate", help="a run's trace to compare with it")
     comparing.add_argument("-o", "--out", metavar="HTML", help="also write the comparison's page (replaced if there)")
-    comparing.add_argument("--fail-if-worse", action="store_true",
-                           help="exit 1 when a candidate's 95%% interval of the mean reward delta lies below 0")  # fmt: skip
+    comparing.add_argument(
+        "--fail-if-worse",
+        action="store_true",
+        help="exit 1 when a candidate's 95%% interval of the mean reward delta lies below 0",
+    )
     comparing.set_defaults(run=_compare)
     check = commands.add_parser("check", help="check every /call stream of a trace against the ORS protocol")
     check.add_argument("trace", help="the trace file (its .parts directory is read if the recording never closed)")

@@ -75,7 +75,7 @@ class Run:
         steps = self.trace.steps
         if self._steps is None:  # each session's rows found once: a page asks for hundreds of episodes
             self._steps = dict(steps.groupby("session_id", sort=False).indices)
-        return steps.iloc[self._steps.get(session_id, [])].reset_index(drop=True)
+        return pd.DataFrame(steps.iloc[self._steps.get(session_id, [])].reset_index(drop=True))
 
 
 def read_run(run: Any, name: str | None = None) -> Run:

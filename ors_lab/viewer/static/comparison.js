@@ -21,13 +21,4 @@ ORS.comparison = async () => {
   ORS.draw(document.getElementById("ors-lab-comparison"), model);
 };
 
-ORS.comparison().then(
-  () => {
-    document.documentElement.dataset.orsLab = "ready";
-    performance.mark("ors-lab-ready");
-  },
-  (error) => {
-    console.error("ors_lab: the comparison could not be drawn", error);
-    document.documentElement.dataset.orsLab = "failed";
-  },
-);
+ORS.ready(ORS.comparison(), "the comparison");

@@ -85,13 +85,4 @@ ORS.report = async () => {
   ORS.draw(document.getElementById(head.trace.mount), model);
 };
 
-ORS.report().then(
-  () => {
-    document.documentElement.dataset.orsLab = "ready";
-    performance.mark("ors-lab-ready");
-  },
-  (error) => {
-    console.error("ors_lab: the report could not be drawn", error);
-    document.documentElement.dataset.orsLab = "failed";
-  },
-);
+ORS.ready(ORS.report(), "the report");
