@@ -62,16 +62,14 @@ def test_compare_prints_the_table_of_every_metric() -> None:
 
 def test_fail_if_worse_is_a_regression_gate(tmp_path: Path) -> None:
     """--fail-if-worse: exit 1 when the interval of the mean reward delta lies below 0, naming the candidate; 0 when
-    it reaches 0 or above (the committed pair's does), and without the flag whatever the figures."""
+    it lies above (docs/comparing.md's pytest example gates the committed pair, whose interval holds 0)."""
     base, worse = runs(tmp_path, 1.0, 0.5)
     assert ol.compare(base, worse).summary()["ci_high"] < 0
     gated = cli(base, worse, "--fail-if-worse")
     assert gated.returncode == 1, gated.stdout + gated.stderr
     assert gated.stdout.endswith("worse than the baseline (the 95% interval of the mean reward delta lies below 0): "
                                  "cand.parquet\n")  # fmt: skip
-    assert cli(base, worse).returncode == 0
     assert cli(worse, base, "--fail-if-worse").returncode == 0  # better
-    assert cli(DEMO, OPENAI, "--fail-if-worse").returncode == 0  # worse on average, but the interval holds 0
     missing = cli(base, tmp_path / "none.parquet")
     assert missing.returncode == 1 and missing.stderr.startswith("ors-lab compare: no trace at ")
 
