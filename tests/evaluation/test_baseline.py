@@ -21,7 +21,9 @@ from ors_lab.feed import FeedReader
 from ors_lab.viewer.feed_state import FeedState
 from ors_lab.viewer.report import report_data
 from ors_lab.viewer.run import RunState
+from tests.analysis.test_report import opened
 from tests.conftest import REPO_ROOT
+from tests.notebook.lab import screenshot_dir
 
 OPENAI = REPO_ROOT / "recordings" / "openai-arithmetic.parquet"
 FIGURES = ["tasks", "mean_delta", "stderr", "ci_low", "ci_high", "p_value", "wins", "losses", "ties"]
@@ -113,6 +115,22 @@ def test_the_trace_keeps_the_baseline_and_its_report_the_comparison(against: Run
     assert run["data"]["baseline"]["p_value"] == against.result.comparison.summary()["p_value"]  # type: ignore[union-attr]
     assert run["data"]["baseline"]["wins"] == 2 and "vs openai-arithmetic.parquet" in data.runs[0][1]
     assert trace.episodes["reward"].tolist() == against.result.episodes["reward"].tolist()  # nothing else changed
+
+
+def test_the_report_draws_the_run_against_its_baseline_in_a_browser(against: Run, tmp_path: Path) -> None:
+    """The run's report, opened from disk offline: its dashboard says the delta, interval, p and wins/losses/ties of
+    the comparison, and its grid is coloured by each cell's delta (the two tasks won +1, the rest 0)."""
+    out = ol.load_trace(against.path).to_html(tmp_path / "run.html").path
+    summary = against.result.comparison.summary()  # type: ignore[union-attr]
+    with opened(out, tmp_path) as it:
+        page = it.page
+        figures = {node.get_attribute("data-figure"): node.inner_text() for node in page.locator(".ol-run-vs b").all()}
+        assert figures["mean_delta"] == f"delta +{summary['mean_delta']:.3f} ± {summary['stderr']:.3f}"
+        assert figures["ci_low"] == f"95% [{summary['ci_low']:+.3f}, {summary['ci_high']:+.3f}]"
+        assert figures["p_value"] == f"p {summary['p_value']:g}" and figures["wins"] == "2/0/8 of 10 tasks"
+        deltas = page.eval_on_selector_all(".ol-run-grid .ol-cell", "cells => cells.map(c => c.dataset.delta)")
+        assert deltas == ["1.0" if task in (3, 5) else "0.0" for task in range(10) for _ in range(2)]
+        page.locator(".ol-run").screenshot(path=str(screenshot_dir() / "report-against-baseline.png"))
 
 
 def test_a_baseline_without_the_runs_tasks_fails_before_the_run(demo_server: ServerProcess, tmp_path: Path) -> None:
