@@ -26,8 +26,8 @@ from ors_lab.analysis.frames.source import _json
 from ors_lab.analysis.trace import Trace, load_trace
 from ors_lab.transcript import STREAM_KINDS, AgentStream, join_stream
 
-__all__ = ["EPISODE_COLUMNS", "KEYS", "Run", "baseline_tasks", "environments", "read_run", "scores_of", "task_scores",
-           "trace_episodes"]  # fmt: skip
+__all__ = ["EPISODE_COLUMNS", "KEYS", "Run", "baseline_tasks", "environments", "episodes_run", "read_run", "scores_of",
+           "task_scores", "trace_episodes"]  # fmt: skip
 
 KEYS = ["environment", "split", "task_index"]
 """What pairs a task across runs: its environment, split and index."""
@@ -85,19 +85,20 @@ def read_run(run: Any, name: str | None = None) -> Run:
         run = load_trace(run)
     if isinstance(run, Trace):
         episodes = trace_episodes(run)
-        return _made(name or Path(run.path).name, episodes, run)
+        return episodes_run(name or Path(run.path).name, episodes, run)
     frame = getattr(run, "episodes", None)
     if isinstance(frame, pd.DataFrame) and hasattr(run, "summary"):  # an EvalResult (a layer above this one)
         recorded = getattr(run, "trace", None)
         trace = load_trace(recorded) if isinstance(recorded, str) and Path(recorded).exists() else None
         label = getattr(run, "agent", None) or f"{getattr(run, 'environment', 'run')}/{getattr(run, 'split', '')}"
-        return _made(name or str(label), frame[EPISODE_COLUMNS], trace)
+        return episodes_run(name or str(label), frame[EPISODE_COLUMNS], trace)
     raise TypeError(f"a run to compare is a trace's path, an ors_lab.Trace or an ors_lab.EvalResult, not {run!r:.80}")
 
 
-def _made(name: str, episodes: pd.DataFrame, trace: Trace | None) -> Run:
+def episodes_run(name: str, episodes: pd.DataFrame, trace: Trace | None) -> Run:
+    """A run of these ``episodes`` (``EPISODE_COLUMNS`` at least), its transcripts in ``trace``."""
     known = episodes[episodes["task_index"].notna() & episodes["environment"].notna()].reset_index(drop=True)
-    return Run(name, task_scores(known), known, trace, skipped=len(episodes) - len(known))
+    return Run(name, task_scores(known), known[EPISODE_COLUMNS], trace, skipped=len(episodes) - len(known))
 
 
 def trace_episodes(trace: Trace) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from ors_lab.analysis.comparison import Comparison, compare
 from ors_lab.analysis.frames import TOKENS, pass_columns
 from ors_lab.analysis.reduce import Reduction, pass_at_k
 from ors_lab.viewer.report import run_summary
-from ors_lab.viewer.run_summary import RunSummary, run_summary_html
+from ors_lab.viewer.run_summary import RunSummary, run_summary_html, versus_rows
 
 __all__ = ["ANALYSIS_KINDS", "EvalResult"]
 
@@ -139,10 +139,14 @@ class EvalResult:
         return run_summary_html(self._summary_figures())
 
     def _summary_figures(self) -> RunSummary:
-        return run_summary(self.episodes, self._ks(), environment=self.environment, split=self.split,
-                           rollouts=self.rollouts, agent=self.agent, elapsed_s=self.elapsed_s, resumed=self.resumed,
-                           ids=[("trace", self.trace)] if self.trace else [],
-                           success_threshold=self.success_threshold)  # fmt: skip
+        summary = run_summary(self.episodes, self._ks(), environment=self.environment, split=self.split,
+                              rollouts=self.rollouts, agent=self.agent, elapsed_s=self.elapsed_s, resumed=self.resumed,
+                              ids=[("trace", self.trace)] if self.trace else [],
+                              success_threshold=self.success_threshold)  # fmt: skip
+        if self.comparison is not None:  # the card says how the run did against its baseline
+            figures = self.comparison.summary()
+            summary.versus = versus_rows({**{str(k): v for k, v in figures.items()}, "name": self.comparison.names[0]})
+        return summary
 
     def __repr__(self) -> str:
         if not len(self):

@@ -8,6 +8,7 @@ got two of them wrong): the demo agent solves every one, so it wins those two an
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,7 @@ def test_the_result_holds_the_comparison(against: Run) -> None:
     assert (summary["tasks"], summary["mean_delta"], summary["wins"], summary["ties"]) == (10, 0.2, 2, 8)
     assert list(summary[FIGURES]) == list(ol.compare(OPENAI, against.result).summary()[FIGURES])
     assert list(summary[FIGURES]) == list(ol.compare(OPENAI, against.path).summary()[FIGURES])  # its trace alike
+    assert "vs openai-arithmetic.parquet" in against.result._repr_html_()  # its card says so
     assert comparison.candidates[0].trace is not None  # its transcripts: the run's trace
 
 
@@ -114,12 +116,17 @@ def test_the_trace_keeps_the_baseline_and_its_report_the_comparison(against: Run
     (run,) = data.head["runs"]
     assert run["data"]["baseline"]["p_value"] == against.result.comparison.summary()["p_value"]  # type: ignore[union-attr]
     assert run["data"]["baseline"]["wins"] == 2 and "vs openai-arithmetic.parquet" in data.runs[0][1]
+    (compared,) = data.head["comparisons"]  # the comparison's view, the baseline known by its per-task scores
+    summary = against.result.comparison.summary()  # type: ignore[union-attr]
+    assert [compared["data"]["figures"][0]["reward"][name] for name in FIGURES] == list(summary[FIGURES])
+    assert sorted(compared["details"]) == [f"arithmetic/test/{task}" for task in range(10)]
     assert trace.episodes["reward"].tolist() == against.result.episodes["reward"].tolist()  # nothing else changed
 
 
 def test_the_report_draws_the_run_against_its_baseline_in_a_browser(against: Run, tmp_path: Path) -> None:
     """The run's report, opened from disk offline: its dashboard says the delta, interval, p and wins/losses/ties of
-    the comparison, and its grid is coloured by each cell's delta (the two tasks won +1, the rest 0)."""
+    the comparison, and its grid is coloured by each cell's delta (the two tasks won +1, the rest 0); its comparison
+    view has the comparison's figures, and a won task shows the run's transcript beside the baseline's note."""
     out = ol.load_trace(against.path).to_html(tmp_path / "run.html").path
     summary = against.result.comparison.summary()  # type: ignore[union-attr]
     with opened(out, tmp_path) as it:
@@ -131,6 +138,14 @@ def test_the_report_draws_the_run_against_its_baseline_in_a_browser(against: Run
         deltas = page.eval_on_selector_all(".ol-run-grid .ol-cell", "cells => cells.map(c => c.dataset.delta)")
         assert deltas == ["1.0" if task in (3, 5) else "0.0" for task in range(10) for _ in range(2)]
         page.locator(".ol-run").screenshot(path=str(screenshot_dir() / "report-against-baseline.png"))
+        shown = {row.get_attribute("data-figure"): json.loads(row.locator("td").get_attribute("data-value") or "null")
+                 for row in page.locator(".ol-cmp-figures tr").all()}  # fmt: skip
+        assert [shown["mean_delta"], shown["p_value"], shown["wins"]] == [summary["mean_delta"], summary["p_value"],
+                                                                          [2, 0, 8]]  # fmt: skip
+        page.locator(".ol-cmp-cell[data-key='arithmetic/test/3']").click()
+        page.locator(".ol-cmp-side").nth(1).locator(".ol-cmp-step").first.wait_for()
+        assert "per-task scores only" in page.locator(".ol-cmp-side").nth(0).inner_text()
+        assert "submit" in page.locator(".ol-cmp-side").nth(1).inner_text()
 
 
 def test_a_baseline_without_the_runs_tasks_fails_before_the_run(demo_server: ServerProcess, tmp_path: Path) -> None:

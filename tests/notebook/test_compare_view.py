@@ -8,8 +8,11 @@ The runs are the committed ``recordings/demo.parquet`` (the demo agent) and
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import math
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from ors_lab.analysis.paired import paired
 from ors_lab.events import BaselineEvent, EpisodeEvent
 from ors_lab.notebook.view import WIDGET_MIME
 from ors_lab.viewer.compare import TASKS, CompareState, first_difference
+from ors_lab.viewer.compare_page import comparison_html, write_comparison
 from ors_lab.viewer.run import RunState
 from ors_lab.viewer.run_baseline import LiveBaseline, delta_code
 from tests.conftest import REPO_ROOT
@@ -93,6 +97,18 @@ def test_the_text_and_the_static_summary(comparison: ol.Comparison) -> None:
     assert html.count('class="ol-cell"') == 10
     bundle = comparison._repr_mimebundle_()  # not a kernel: the static summary
     assert set(bundle) == {"text/html", "text/plain"} and bundle["text/plain"] == repr(comparison)
+
+
+def test_the_page_holds_the_tasks_of_the_largest_deltas(comparison: ol.Comparison, tmp_path: Path) -> None:
+    """A page holding 2 tasks side by side holds the two lost ones (the largest deltas) and says so of the others."""
+    page, tasks, held = comparison_html(comparison, detailed=2)
+    blobs = dict(re.findall(r'id="(ors-lab-compare[a-z-]*)">([^<]+)</script>', page))
+    head, details = (json.loads(gzip.decompress(base64.b64decode(blobs[name]))) for name in
+                     ("ors-lab-compare", "ors-lab-compare-detail"))  # fmt: skip
+    assert (tasks, held) == (10, 2) and sorted(details) == ["arithmetic/test/3", "arithmetic/test/5"]
+    assert "side by side of 2 tasks per candidate" in head["note"]
+    written = write_comparison(comparison, tmp_path / "cmp.html", detailed=2)
+    assert written.describe().endswith("10 paired tasks, 2 of them side by side")
 
 
 # -- the dashboard against a baseline ------------------------------------------------------------------------

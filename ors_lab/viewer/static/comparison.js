@@ -7,18 +7,11 @@
 ORS.comparison = async () => {
   const head = await ORS.inline("ors-lab-compare");
   let details = null;
-  const model = ORS.pageModel({ view: "compare", data: head.data, text: "", waiting: "reading this task from the page…" },
-    async (message) => {
-      if (typeof message.task !== "string") return null;
+  ORS.drawComparison(document.getElementById("ors-lab-comparison"), head.data, head.note,
+    "reading this task from the page…", async (task, candidate) => {
       if (details === null) details = await ORS.inline("ors-lab-compare-detail");
-      const found = (details[message.task] || {})[String(message.candidate)];
-      if (found) return found;
-      return { type: "pair", key: message.task, candidate: message.candidate, names: [head.data.baseline,
-        head.data.candidates[message.candidate]], differences: [],
-        runs: [0, 1].map((side) => ({ name: side ? head.data.candidates[message.candidate] : head.data.baseline,
-          episodes: [], missing: head.note })) };
+      return (details[task] || {})[candidate];
     });
-  ORS.draw(document.getElementById("ors-lab-comparison"), model);
 };
 
 ORS.ready(ORS.comparison(), "the comparison");

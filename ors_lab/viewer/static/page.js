@@ -67,3 +67,17 @@ ORS.ready = (drawing, what) => drawing.then(
     document.documentElement.dataset.orsLab = "failed";
   },
 );
+
+// A comparison's view (compare.js) drawn in el by a page of its own: the page answers a click on a task with the
+// two runs' episodes it holds (held(task, candidate): a promise of them, or of nothing), else with a note.
+ORS.drawComparison = (el, data, note, waiting, held) => {
+  const model = ORS.pageModel({ view: "compare", data, text: "", waiting }, async (message) => {
+    if (typeof message.task !== "string") return null;
+    const found = await held(message.task, String(message.candidate));
+    if (found) return found;
+    const names = [data.baseline, data.candidates[message.candidate]];
+    return { type: "pair", key: message.task, candidate: message.candidate, names, differences: [],
+      runs: names.map((name) => ({ name, episodes: [], missing: note })) };
+  });
+  return ORS.draw(el, model);
+};
