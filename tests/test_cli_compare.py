@@ -74,6 +74,7 @@ def test_fail_if_worse_is_a_regression_gate(tmp_path: Path) -> None:
     assert missing.returncode == 1 and missing.stderr.startswith("ors-lab compare: no trace at ")
 
 
+@pytest.mark.browser  # through test_report's `opened`, which conftest's scan of this module does not see
 def test_the_page_opens_from_disk_offline(tmp_path: Path) -> None:
     """`-o cmp.html` on two committed traces: a page that opens from file:// with every other request aborted, draws
     summary()'s figures, and on a click on a lost task shows both runs' transcripts, the first difference marked."""

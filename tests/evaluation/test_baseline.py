@@ -123,6 +123,7 @@ def test_the_trace_keeps_the_baseline_and_its_report_the_comparison(against: Run
     assert trace.episodes["reward"].tolist() == against.result.episodes["reward"].tolist()  # nothing else changed
 
 
+@pytest.mark.browser  # through test_report's `opened`, which conftest's scan of this module does not see
 def test_the_report_draws_the_run_against_its_baseline_in_a_browser(against: Run, tmp_path: Path) -> None:
     """The run's report, opened from disk offline: its dashboard says the delta, interval, p and wins/losses/ties of
     the comparison, and its grid is coloured by each cell's delta (the two tasks won +1, the rest 0); its comparison
