@@ -33,7 +33,7 @@ from typing import Any
 import pandas as pd
 
 from ors_lab import display
-from ors_lab.analysis.paired import FIGURES, Paired, paired, tasks_needed
+from ors_lab.analysis.paired import Paired, paired, tasks_needed
 from ors_lab.analysis.runs import KEYS, Run, read_run
 from ors_lab.stats import pass_at_k
 
@@ -315,5 +315,3 @@ def _unique(names: list[str]) -> list[str]:
         out.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
     return out
 
-
-__all__ += ["FIGURES"]

@@ -40,12 +40,14 @@ import numpy as np
 
 __all__ = [
     "EXACT_TASKS",
+    "FIGURES",
     "MIN_TASKS",
     "RESAMPLES",
     "RTOL",
     "SEED",
     "Paired",
     "Z",
+    "few_tasks",
     "interval",
     "paired",
     "sign_flip_p",
