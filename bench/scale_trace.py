@@ -72,8 +72,9 @@ def template() -> pa.Table:
     return table.set_column(table.schema.get_field_index("seq"), "seq", pa.array(np.arange(table.num_rows)))
 
 
-def block(source: pa.Table, first: int, copies: int) -> pa.Table:
-    """Copies ``first`` .. ``first + copies - 1`` of ``source``, each with its own ids, times, tasks and rewards."""
+def block(source: pa.Table, first: int, copies: int, shift: int = 0) -> pa.Table:
+    """Copies ``first`` .. ``first + copies - 1`` of ``source``, each with its own ids, times, tasks and rewards
+    (``shift``: another pattern of them, for a second run of the same tasks)."""
     rows, per_copy = source.num_rows, 20
     copy = np.repeat(np.arange(first, first + copies, dtype=np.int64), rows)
     tiled = pa.concat_tables([source] * copies)
@@ -82,7 +83,7 @@ def block(source: pa.Table, first: int, copies: int) -> pa.Table:
     suffix = pc.cast(pa.array(copy), pa.string())
     episode = pc.equal(tiled["kind"], "episode").to_numpy(zero_copy_only=False)
     number = np.cumsum(episode) - 1 + first * per_copy  # each episode row's number in the whole trace
-    reward = np.where(number % 3 == 0, 0.0, 1.0)
+    reward = np.where((number + shift) % 3 == 0, 0.0, 1.0)
     columns = {
         "session_id": pc.binary_join_element_wise(tiled["session_id"], suffix, "-"),
         "seq": pa.array(tiled["seq"].to_numpy() + copy * rows),
@@ -113,8 +114,9 @@ def _records(tiled: pa.Table, episode: np.ndarray, reward: np.ndarray, suffix: p
     return pa.array(data, pa.large_string())
 
 
-def write_trace(episodes: int, path: Path) -> Path:
-    """A trace of ``episodes`` episodes at ``path``, written a block at a time (see the module docstring)."""
+def write_trace(episodes: int, path: Path, shift: int = 0) -> Path:
+    """A trace of ``episodes`` episodes at ``path``, written a block at a time (see the module docstring; ``shift``:
+    the rewards of another run of the same tasks)."""
     from ors_lab.recording.recorder import COMPACT_ROWS, DICTIONARY_COLUMNS
 
     source = template()
@@ -123,7 +125,8 @@ def write_trace(episodes: int, path: Path) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     with pq.ParquetWriter(tmp, source.schema, compression="zstd", use_dictionary=DICTIONARY_COLUMNS) as writer:
         for first in range(0, copies, BLOCK // 20):
-            writer.write_table(block(source, first, min(BLOCK // 20, copies - first)), row_group_size=COMPACT_ROWS)
+            writer.write_table(block(source, first, min(BLOCK // 20, copies - first), shift),
+                               row_group_size=COMPACT_ROWS)
     tmp.replace(path)
     return path
 

@@ -59,7 +59,7 @@ ol.live_views({mode!r})
 with ol.Client({url!r}) as _client:
     _env = _client.environment({env!r})
     _t0, _c0 = time.monotonic(), time.process_time()
-    _result = ol.evaluate(_env, quiz_policy, split={split!r}, rollouts={rollouts}, concurrency={concurrency})
+    _result = ol.evaluate(_env, quiz_policy, split={split!r}, rollouts={rollouts}, concurrency={concurrency}{extra})
     _out = {{"wall": time.monotonic() - _t0, "cpu": time.process_time() - _c0, "episodes": len(_result.episodes)}}
 """
 
@@ -71,12 +71,13 @@ def view_messages(cell: Cell) -> dict[str, int]:
     return {kind: len(cell.of(kind)) for kind in ("comm_msg", "display_data", "update_display_data", "comm_open")}
 
 
-def measure(kernel: Kernel, source: Path, mode: str, episodes: int) -> dict[str, Any]:
-    """One run against a fresh replay server (a recorded episode is served once)."""
+def measure(kernel: Kernel, source: Path, mode: str, episodes: int, extra: str = "") -> dict[str, Any]:
+    """One run against a fresh replay server (a recorded episode is served once); ``extra``: more of evaluate's
+    keywords (``bench/compare.py``: ``, baseline=...``)."""
     proc, url = start_replay(source, source.with_suffix(".replay.log"))
     try:
         code = RUN.format(mode=mode, url=url, env=ENV_NAME, split=SPLIT, rollouts=_rollouts(episodes),
-                          concurrency=CONCURRENCY)  # fmt: skip
+                          concurrency=CONCURRENCY, extra=extra)  # fmt: skip
         cell = kernel.run(code, timeout=1800)
         report = kernel.run(REPORT)
     finally:
@@ -101,6 +102,17 @@ def measure(kernel: Kernel, source: Path, mode: str, episodes: int) -> dict[str,
     }
 
 
+def kernel_environment(scratch: Path) -> None:
+    """The kernel's Jupyter and IPython state in ``scratch``, out of $HOME; ors_lab from this checkout; views as by
+    default."""
+    for name, folder in (("IPYTHONDIR", "ipython"), ("JUPYTER_CONFIG_DIR", "cfg"), ("JUPYTER_DATA_DIR", "data"),
+                         ("JUPYTER_RUNTIME_DIR", "rt")):  # fmt: skip
+        (scratch / folder).mkdir(parents=True, exist_ok=True)
+        os.environ[name] = str(scratch / folder)
+    os.environ["PYTHONPATH"] = str(REPO_ROOT)
+    os.environ.pop("ORS_LAB_VIEWS", None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=2_000)
@@ -112,13 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         source = Path(tmp) / "source.parquet"
         seconds = record_source(source, args.episodes)
         print(f"source trace: {_rollouts(args.episodes) * 6} live episodes recorded in {seconds:.1f} s", flush=True)
-        scratch = Path(tmp) / "jupyter"  # the kernel's Jupyter and IPython state, out of $HOME
-        for name, folder in (("IPYTHONDIR", "ipython"), ("JUPYTER_CONFIG_DIR", "cfg"), ("JUPYTER_DATA_DIR", "data"),
-                             ("JUPYTER_RUNTIME_DIR", "rt")):  # fmt: skip
-            (scratch / folder).mkdir(parents=True, exist_ok=True)
-            os.environ[name] = str(scratch / folder)
-        os.environ["PYTHONPATH"] = str(REPO_ROOT)
-        os.environ.pop("ORS_LAB_VIEWS", None)
+        kernel_environment(Path(tmp) / "jupyter")
         with Kernel(cwd=REPO_ROOT) as kernel:
             kernel.run(SETUP)
             measure(kernel, source, "off", min(args.episodes, 300))  # warm-up: imports, first views

@@ -2,9 +2,9 @@
 
 ``Client`` / ``AsyncClient`` drive sessions; the models and errors are the protocol's own; every
 event is a typed record on an ``EventStream`` (``ors_lab.events`` has them all); ``Recorder`` and
-``load_trace`` write and read traces; ``evaluate`` runs an agent over tasks into DataFrames (here, or
-on Ray workers with ``RayBackend``), and ``Feed`` / ``watch`` serve and show a run's live feed (these
-load on first use: pyarrow, pandas and uvicorn are heavy).
+``load_trace`` write and read traces, and ``compare`` compares runs task by task; ``evaluate`` runs an
+agent over tasks into DataFrames (here, or on Ray workers with ``RayBackend``), and ``Feed`` / ``watch``
+serve and show a run's live feed (these load on first use: pyarrow, pandas and uvicorn are heavy).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -80,7 +80,7 @@ if TYPE_CHECKING:
         Step,
         ToolCall,
     )
-    from ors_lab.analysis import Trace, load_trace
+    from ors_lab.analysis import Comparison, Trace, compare, load_trace
     from ors_lab.evaluation import EvalResult, EvaluationInterrupted, RayBackend, aevaluate, evaluate, last_result
     from ors_lab.feed import Feed
     from ors_lab.notebook.watch import Watch, watch
@@ -108,6 +108,8 @@ _LAZY = {
     "watch": "ors_lab.notebook.watch",
     "Recorder": "ors_lab.recording",
     "Trace": "ors_lab.analysis",
+    "Comparison": "ors_lab.analysis",
+    "compare": "ors_lab.analysis",
     "load_trace": "ors_lab.analysis",
     "AgentReplayTransport": "ors_lab.replay",
     "Fault": "ors_lab.replay",
@@ -138,6 +140,7 @@ __all__ = [
     "Block",
     "CallDeadlineExceededError",
     "Client",
+    "Comparison",
     "ConnectionFailedError",
     "DeadlineExceededError",
     "Environment",
@@ -205,6 +208,7 @@ __all__ = [
     "WorkersLostError",
     "__version__",
     "aevaluate",
+    "compare",
     "evaluate",
     "last_result",
     "live_views",

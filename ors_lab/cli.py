@@ -29,6 +29,10 @@
 - ``ors-lab export TRACE --format F [--min-reward R] [-o FILE]``: write each episode's conversation as the
   LLM API ``F``'s messages (``openai``: chat completions, ``anthropic``: Messages, ``responses``: the Responses
   API), one JSON line per episode with its reward (``Trace.conversations``); those below ``R`` left out.
+- ``ors-lab compare BASE CAND... [-o cmp.html] [--fail-if-worse]``: compare each candidate run (a trace)
+  with the baseline, paired by task (``ol.compare``): a text table of the figures on stdout; ``-o`` writes
+  the comparison's self-contained page; ``--fail-if-worse`` exits 1 when a candidate's 95% interval of the
+  mean reward delta lies below 0 (a regression gate for CI).
 - ``ors-lab check TRACE [--ping-interval S]``: check every ``/call`` stream of a trace against the
   ORS protocol; prints one line per violation and a summary, exits 1 when there is any.
 
@@ -196,6 +200,23 @@ def _report(args: argparse.Namespace) -> int:
     trace = load_trace(args.trace)
     out = Path(args.out) if args.out else Path(args.trace).with_suffix(".html")
     print(trace.to_html(out, timelines=args.timelines).describe())
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ors_lab.analysis.comparison import compare  # pandas, pyarrow: only for this command
+    from ors_lab.viewer.compare import CompareState  # as above
+    from ors_lab.viewer.compare_page import write_comparison  # as above
+
+    comparison = compare(args.baseline, *args.candidates)
+    print(CompareState(comparison).text())
+    if args.out:
+        print(write_comparison(comparison, Path(args.out)).describe())
+    worse = [name for n, name in enumerate(comparison.names[1:])
+             if (high := comparison.figures("reward", n).ci_high) is not None and high < 0]  # fmt: skip
+    if args.fail_if_worse and worse:
+        print(f"worse than the baseline (the 95% interval of the mean reward delta lies below 0): {', '.join(worse)}")
+        return 1
     return 0
 
 
@@ -412,6 +433,16 @@ def _parser() -> argparse.ArgumentParser:
                         help="the JSONL file to write, replaced if there (default: the trace's name with "
                         ".FORMAT.jsonl)")  # fmt: skip
     export.set_defaults(run=_export)
+    comparing = commands.add_parser("compare", help="compare runs with a baseline, task by task (paired statistics)")
+    comparing.add_argument("baseline", help="the baseline run's trace")
+    comparing.add_argument("candidates", nargs="+", metavar="candidate", help="a run's trace to compare with it")
+    comparing.add_argument("-o", "--out", metavar="HTML", help="also write the comparison's page (replaced if there)")
+    comparing.add_argument(
+        "--fail-if-worse",
+        action="store_true",
+        help="exit 1 when a candidate's 95%% interval of the mean reward delta lies below 0",
+    )
+    comparing.set_defaults(run=_compare)
     check = commands.add_parser("check", help="check every /call stream of a trace against the ORS protocol")
     check.add_argument("trace", help="the trace file (its .parts directory is read if the recording never closed)")
     check.add_argument(

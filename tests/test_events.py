@@ -29,7 +29,7 @@ def ping(n: int) -> PingEvent:
 
 def test_every_trace_kind_has_one_event_type() -> None:
     """One event type per kind: the wire and session kinds, the seed's agent vocabulary, and ours."""
-    assert set(ev.AGENT_KINDS) == SEED_TYPES | {"reward", "usage", "episode"}
+    assert set(ev.AGENT_KINDS) == SEED_TYPES | {"reward", "usage", "episode", "baseline"}
     assert set(EVENT_TYPES) - set(ev.AGENT_KINDS) == {
         "request", "response", "chunk", "disconnect", "retry", "event", "comment", "result", "call_error", "open",
         "ping", "close",

@@ -17,10 +17,11 @@ import pandas as pd
 import pyarrow as pa
 
 from ors_lab.analysis import episodes_frame, errors_frame, steps_frame, summary_frame, tasks_frame
+from ors_lab.analysis.comparison import Comparison, compare
 from ors_lab.analysis.frames import TOKENS, pass_columns
 from ors_lab.analysis.reduce import Reduction, pass_at_k
 from ors_lab.viewer.report import run_summary
-from ors_lab.viewer.run_summary import RunSummary, run_summary_html
+from ors_lab.viewer.run_summary import RunSummary, run_summary_html, versus_rows
 
 __all__ = ["ANALYSIS_KINDS", "EvalResult"]
 
@@ -34,8 +35,10 @@ class EvalResult:
     ``table`` holds the run's rows (resumed episodes' included); ``episodes`` has one row per
     (task, rollout) pair, in order. ``rollouts`` sets the pass@k columns (pass@1 and pass@rollouts).
     ``agent`` names the agent (its class and model, or its name); ``feed_url`` is where its live feed
-    was served (``evaluate(..., feed=...)``), or None. In a notebook it shows itself as
-    a summary card, its last errors, a small grid and the per-task table (``_repr_html_``).
+    was served (``evaluate(..., feed=...)``), or None; ``baseline`` the run it was compared with
+    (``evaluate(..., baseline=...)``, read: ``ors_lab.analysis.runs.Run``) and ``comparison`` the comparison.
+    In a notebook it shows itself as a summary card, its last errors, a small grid and the per-task table
+    (``_repr_html_``).
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class EvalResult:
         resumed: int = 0,
         agent: str | None = None,
         feed_url: str | None = None,
+        baseline: Any = None,
     ) -> None:
         self.table = table
         self.environment = environment
@@ -64,9 +68,18 @@ class EvalResult:
         self.resumed = resumed
         self.agent = agent
         self.feed_url = feed_url
+        self.baseline = baseline
 
     def __len__(self) -> int:
         return len(self.episodes)
+
+    @cached_property
+    def comparison(self) -> Comparison | None:
+        """This run against the baseline it was evaluated with (``evaluate(..., baseline=...)``): ``ol.compare(
+        baseline, result)``; None without one."""
+        if self.baseline is None:
+            return None
+        return compare(self.baseline, self)
 
     @cached_property
     def steps(self) -> pd.DataFrame:
@@ -126,10 +139,14 @@ class EvalResult:
         return run_summary_html(self._summary_figures())
 
     def _summary_figures(self) -> RunSummary:
-        return run_summary(self.episodes, self._ks(), environment=self.environment, split=self.split,
-                           rollouts=self.rollouts, agent=self.agent, elapsed_s=self.elapsed_s, resumed=self.resumed,
-                           ids=[("trace", self.trace)] if self.trace else [],
-                           success_threshold=self.success_threshold)  # fmt: skip
+        summary = run_summary(self.episodes, self._ks(), environment=self.environment, split=self.split,
+                              rollouts=self.rollouts, agent=self.agent, elapsed_s=self.elapsed_s, resumed=self.resumed,
+                              ids=[("trace", self.trace)] if self.trace else [],
+                              success_threshold=self.success_threshold)  # fmt: skip
+        if self.comparison is not None:  # the card says how the run did against its baseline
+            figures = self.comparison.summary()
+            summary.versus = versus_rows({**{str(k): v for k, v in figures.items()}, "name": self.comparison.names[0]})
+        return summary
 
     def __repr__(self) -> str:
         if not len(self):

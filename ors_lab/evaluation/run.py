@@ -47,6 +47,10 @@ How a run goes:
   run ends, however it ends; the progress line elsewhere; nothing when live views are ``"off"``.
   It is an inline subscriber doing a little bookkeeping per event; if it fails, it is detached (or
   never shown) and the run goes on.
+- ``baseline=`` (a trace's path, a ``Trace`` or an ``EvalResult``) compares the run with it as its tasks
+  end (``ors_lab.evaluation.baseline``): read and checked before anything else is made, published once
+  as a ``baseline`` event before the first episode, so the dashboard shows the running paired delta,
+  the live feed and the trace carry it; ``result.comparison`` is the final ``Comparison``.
 - ``feed=PORT`` (or a ``Feed``) serves the run's events on 127.0.0.1 as Server-Sent Events while it
   runs (``ors_lab.feed``, ``docs/feed.md``), for ``ol.watch`` and ``ors-lab watch`` anywhere else: a
   port is taken before anything else (0: a free one; a port in use is an ``OSError``), its URL is
@@ -79,11 +83,13 @@ from ors_lab.agents.episode import Agent
 from ors_lab.agents.policy import Policy, as_agent
 from ors_lab.analysis.frames import finished_episodes
 from ors_lab.analysis.reduce import Reduction, check_reduction
+from ors_lab.analysis.runs import Run
 from ors_lab.analysis.trace import Trace, load_trace
 from ors_lab.client import AsyncEnvironment, Environment, Runner
 from ors_lab.client.runner import CLEANUP_TIMEOUT
 from ors_lab.client.shielding import outlast_cancel
 from ors_lab.display import Live
+from ors_lab.evaluation.baseline import Baseline, read_baseline
 from ors_lab.evaluation.episode import Job, client_options, run_episode
 from ors_lab.evaluation.ray import RayBackend, RayRun
 from ors_lab.evaluation.result import EvalResult
@@ -149,6 +155,7 @@ async def aevaluate(
     feed: int | Feed | None = None,
     backend: RayBackend | None = None,
     llm_replay: str | os.PathLike[str] | Trace | AgentReplayTransport | None = None,
+    baseline: str | os.PathLike[str] | Trace | EvalResult | None = None,
 ) -> EvalResult:
     """Evaluate ``agent`` on ``env``'s ``split``; see the module docstring. Returns an ``EvalResult``.
 
@@ -166,6 +173,9 @@ async def aevaluate(
     (``ors_lab.evaluation.ray``; ``concurrency`` is then per worker). ``llm_replay``: a trace (its path,
     a ``Trace`` or an ``AgentReplayTransport``) every episode's ``llm_client()`` answers from, offline: the
     LLM traffic an agent's own SDK client made when the trace was recorded (``ors_lab.agents.llm_client``).
+    ``baseline``: a run to compare this one with as its tasks end (a trace's path, a ``Trace`` or an
+    ``EvalResult``; ``ors_lab.evaluation.baseline``): the dashboard, the live feed and the trace carry the
+    running paired delta, and the result's ``comparison`` is the final ``Comparison``.
 
     Cancelled, it stops its episodes, deletes their sessions and closes the trace before raising
     ``CancelledError``; ``last_result()`` then holds the partial result.
@@ -175,7 +185,7 @@ async def aevaluate(
         env,
         agent,
         _Options(split, tasks, rollouts, concurrency, max_steps, timeout, record, resume, progress, reward,
-                 success_threshold, subscribe, feed, backend, llm_replay),
+                 success_threshold, subscribe, feed, backend, llm_replay, baseline),
         _Ending(),
     )  # fmt: skip
 
@@ -197,6 +207,7 @@ class _Options:
     feed: int | Feed | None = None
     backend: RayBackend | None = None
     llm_replay: str | os.PathLike[str] | Trace | AgentReplayTransport | None = None
+    baseline: Any = None  # a trace's path, a Trace or an EvalResult (read by _evaluate)
 
 
 async def _evaluate(
@@ -218,22 +229,29 @@ async def _evaluate(
         raise TypeError(f"backend takes None or an ors_lab.RayBackend, not {o.backend!r}")
     split = await the_split(aenv, o.split)
     o = dataclasses.replace(o, split=split)
+    versus = read_baseline(o.baseline, aenv.name, split)  # a baseline it cannot compare with fails here, at once
     if o.backend is None:
-        return await _run(aenv, agent, o, ending, None)
+        return await _run(aenv, agent, o, ending, None, versus)
     job = Job(aenv.name, split, o.max_steps, o.timeout, o.reward, o.success_threshold, _agent_name(agent),
               o.concurrency, o.backend.flush_s, client_options(aenv.client), _replay_path(o.llm_replay))  # fmt: skip
     ray_run = RayRun(o.backend, aenv, agent, job)
     try:
         ray_run.start()
-        return await _run(aenv, agent, o, ending, ray_run)
+        return await _run(aenv, agent, o, ending, ray_run, versus)
     finally:
         ray_run.close()
 
 
 async def _run(
-    aenv: AsyncEnvironment, agent: Agent | Policy, o: _Options, ending: _Ending, ray_run: RayRun | None
+    aenv: AsyncEnvironment,
+    agent: Agent | Policy,
+    o: _Options,
+    ending: _Ending,
+    ray_run: RayRun | None,
+    versus: Baseline | None = None,
 ) -> EvalResult:
-    """The run itself, its episodes here or on ``ray_run``'s workers."""
+    """The run itself, its episodes here or on ``ray_run``'s workers (``versus``: its baseline, told to its
+    subscribers before its first episode)."""
     __tracebackhide__ = True
     assert o.split is not None  # resolved by _evaluate
     split = o.split
@@ -282,6 +300,8 @@ async def _run(
             fed = _begin_feed(feed, events, aenv.name, split, list(keys), agent_name, records)
         if o.progress:
             progress = _show_progress(events, aenv.name, split, list(keys), agent_name, records, o.success_threshold)
+        if versus is not None:  # the dashboard, the feed and the trace take it before any episode ends
+            events.publish(versus.event)
 
         async def work() -> None:
             while todo:
@@ -315,7 +335,7 @@ async def _run(
         _end_feed(feed, stopped_by)
     try:
         return await _finish(rows, resumed_rows, resumed, aenv.name, o, recorder, own_recorder, created, started,
-                             agent_name, stopped_by, ending, feed)  # fmt: skip
+                             agent_name, stopped_by, ending, feed, versus)  # fmt: skip
     finally:
         if feed is not None and feed is not o.feed:  # it waits a moment for a reader cut off just before the end
             await outlast_cancel(asyncio.to_thread(feed.close))
@@ -335,6 +355,7 @@ async def _finish(
     stopped_by: BaseException | None,
     ending: _Ending,
     feed: Feed | None,
+    versus: Baseline | None = None,
 ) -> EvalResult:
     """The end of ``_evaluate``: the trace closed, the result made; the run's interrupt or failure raised again."""
     __tracebackhide__ = True
@@ -352,12 +373,13 @@ async def _finish(
     if created and isinstance(stopped_by, Exception):  # failed, not interrupted: an empty trace is no use to keep
         assert recorder is not None
         await asyncio.to_thread(discard_unstarted, recorder.path)
+    against = None if versus is None else versus.run
     if stopped_by is None:
-        _last = _result(rows, resumed_rows, resumed, environment, o, recorder, started, agent_name, feed_url)
+        _last = _result(rows, resumed_rows, resumed, environment, o, recorder, started, agent_name, feed_url, against)
         return _last
     try:
         _last = ending.result = _result(rows, resumed_rows, resumed, environment, o, recorder, started, agent_name,
-                                        feed_url)  # fmt: skip
+                                        feed_url, against)  # fmt: skip
     except Exception:  # the interrupt is what is reported; the trace still holds it all
         log.exception("ors_lab: the partial result of an interrupted evaluation could not be built")
     ending.cleaned = True
@@ -480,6 +502,7 @@ def _result(
     started: float,
     agent: str,
     feed_url: str | None = None,
+    baseline: Run | None = None,
 ) -> EvalResult:
     table = rows.table()
     if resumed_rows is not None:
@@ -497,6 +520,7 @@ def _result(
         resumed=len(resumed),
         agent=agent,
         feed_url=feed_url,
+        baseline=baseline,
     )
 
 
@@ -554,6 +578,7 @@ def evaluate(
     feed: int | Feed | None = None,
     backend: RayBackend | None = None,
     llm_replay: str | os.PathLike[str] | Trace | AgentReplayTransport | None = None,
+    baseline: str | os.PathLike[str] | Trace | EvalResult | None = None,
 ) -> EvalResult:
     """The sync twin of ``aevaluate`` (the same arguments); works in scripts and inside Jupyter's loop.
 
@@ -564,7 +589,7 @@ def evaluate(
     """
     __tracebackhide__ = True
     options = _Options(split, tasks, rollouts, concurrency, max_steps, timeout, record, resume, progress, reward,
-                       success_threshold, subscribe, feed, backend, llm_replay)  # fmt: skip
+                       success_threshold, subscribe, feed, backend, llm_replay, baseline)  # fmt: skip
     ending = _Ending()
     run = _evaluate(env.aio if isinstance(env, Environment) else env, agent, options, ending)
     runner = env.runner if isinstance(env, Environment) else Runner()

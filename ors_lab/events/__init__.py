@@ -27,6 +27,8 @@ There is one type per kind of ``docs/trace-format.md``::
       finish               FinishEvent             {finishReason}
       error                ErrorEvent              {errorType, message, source, retryable[, retryAfter, code]}
       episode              EpisodeEvent            the episode's outcome (ours: the last event of an episode)
+      baseline             BaselineEvent           the run's baseline: its per-task scores (ours: once, before
+                                                    the episodes of a run evaluated with a baseline)
 
 Fields are the trace's column names where a column holds them (``session_id``, ``call``,
 ``status``, ``data``, ...), and the seed's names in snake case otherwise. ``agent_event(kind,
@@ -61,6 +63,7 @@ from ors_lab.events.records import (
     FINISH_REASONS,
     USAGE_SCOPES,
     AgentEvent,
+    BaselineEvent,
     BlockEndEvent,
     BlockStartEvent,
     CallErrorEvent,
@@ -110,6 +113,7 @@ __all__ = [
     "FINISH_REASONS",
     "USAGE_SCOPES",
     "AgentEvent",
+    "BaselineEvent",
     "BlockEndEvent",
     "BlockStartEvent",
     "BufferedSubscription",

@@ -18,6 +18,7 @@ __all__ = [
     "FINISH_REASONS",
     "USAGE_SCOPES",
     "AgentEvent",
+    "BaselineEvent",
     "BlockEndEvent",
     "BlockStartEvent",
     "CallErrorEvent",
@@ -587,6 +588,22 @@ class EpisodeEvent(AgentEvent):
         return {name: getattr(self, name) for name in self.RECORD}
 
 
+@dataclass(slots=True, kw_only=True)
+class BaselineEvent(AgentEvent):
+    """The baseline a run is compared with (``evaluate(..., baseline=...)``), published once before its episodes:
+    the baseline's ``name`` and its per-task scores on the run's ``environment`` and ``split``, ``tasks``: one
+    ``[task_index, [reward of each rollout...], successes]`` each. What the dashboard, a watcher of the run's
+    live feed and the run's report compare the run's tasks with, as they end."""
+
+    kind: ClassVar[str] = "baseline"
+    TEXT: ClassVar[tuple[str, ...]] = ("name",)
+    WIRE: ClassVar[tuple[str, ...]] = ("name", "environment", "split", "tasks")
+    name: str
+    environment: str
+    split: str
+    tasks: list[Any]
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
@@ -595,7 +612,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TextDeltaEvent, TextEndEvent, ReasoningStartEvent, ReasoningDeltaEvent, ReasoningEndEvent,
         ToolInputStartEvent, ToolInputDeltaEvent, ToolInputEndEvent, ToolInputAvailableEvent,
         ToolOutputAvailableEvent, ToolOutputErrorEvent, RewardEvent, UsageEvent, FinishEvent, ErrorEvent,
-        EpisodeEvent,
+        EpisodeEvent, BaselineEvent,
     )
 }  # fmt: skip
 """Every kind, and its event type."""

@@ -156,6 +156,7 @@ class Feed:
 
     def _reset_run(self) -> None:
         self._run_frame: bytes | None = None
+        self._baseline_frame: bytes | None = None  # the run's baseline (``evaluate(..., baseline=...)``), if any
         self._resumed: list[bytes] = []
         self._finished: list[bytes] = []
         self._running: dict[str | None, list[bytes]] = {}
@@ -335,7 +336,9 @@ class Feed:
     def _keep(self, event: Event, frame: bytes) -> None:
         """What a snapshot needs of the run so far (under ``_lock``)."""
         sid = event.session_id
-        if event.kind == "start":
+        if event.kind == "baseline":
+            self._baseline_frame = frame
+        elif event.kind == "start":
             self._running[sid] = [frame]
         elif isinstance(event, EpisodeEvent):
             self._running.pop(sid, None)
@@ -392,6 +395,7 @@ class Feed:
         """The run so far (under ``_lock``): ``snapshot`` or ``reset``, the run's events, ``snapshot-end``."""
         body = [] if self._run_frame is None else [self._run_frame]
         body += self._resumed
+        body += [] if self._baseline_frame is None else [self._baseline_frame]
         body += self._finished
         for frames in self._running.values():
             body += frames

@@ -15,7 +15,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["Markup", "card", "colour", "escape", "fmt", "pretty_json", "styled", "stylesheet", "table"]
+__all__ = ["Markup", "card", "colour", "delta_colour", "escape", "fmt", "pretty_json", "styled", "stylesheet", "table"]
 
 
 class Markup(str):
@@ -102,3 +102,14 @@ def colour(reward: float | None, *, error: bool = False) -> str:
     x = min(max(float(reward), 0.0), 1.0)
     hue = round(120 * x)
     return f"hsl({hue}, 65%, 45%)"
+
+
+def delta_colour(delta: float | None) -> str:
+    """The colour of a delta (candidate − baseline), clipped to [−1, 1]: red below 0, green above, paler towards
+    0; 0 and none grey. The front end (``ORS.deltaColour``) uses the same scale."""
+    if delta is None or (isinstance(delta, float) and math.isnan(delta)):
+        return "#d0d7de"
+    x = min(max(float(delta), -1.0), 1.0)
+    if x == 0:
+        return "hsl(0, 0%, 78%)"
+    return f"hsl({0 if x < 0 else 120}, 65%, {math.floor(88.5 - 43 * abs(x))}%)"  # rounded as JavaScript rounds

@@ -19,7 +19,7 @@ from ors_lab import display
 from ors_lab.client import AsyncSession, Session
 from ors_lab.display import Live
 from ors_lab.events import EventStream
-from ors_lab.notebook import trace
+from ors_lab.notebook import compare, trace
 from ors_lab.notebook.session import SessionView, session_bundle, sync_session_bundle
 from ors_lab.notebook.settings import resolve
 from ors_lab.notebook.view import LiveView
@@ -34,6 +34,7 @@ LIVE: dict[type | str, Callable[[Any, Any], Live | None]] = {}
 
 BUNDLE: dict[type | str, Callable[[Any], dict[str, Any] | None]] = {
     "ors_lab.analysis.trace.Trace": trace.bundle,
+    "ors_lab.analysis.comparison.Comparison": compare.bundle,
 }
 """Subject type -> its MIME bundle's maker."""
 
@@ -41,6 +42,8 @@ MAKE: dict[tuple[type | str, str], Callable[..., Any]] = {
     ("ors_lab.analysis.trace.Trace", "html"): trace.html,
     ("ors_lab.analysis.trace.Trace", "report"): trace.report,
     ("ors_lab.analysis.trace.Trace", "view"): trace.view,
+    ("ors_lab.analysis.comparison.Comparison", "html"): compare.html,
+    ("ors_lab.analysis.comparison.Comparison", "report"): compare.report,
 }
 """(Subject type, what) -> its maker, called with (subject, **options)."""
 

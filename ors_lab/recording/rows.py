@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from ors_lab.events import (
     AgentEvent,
+    BaselineEvent,
     CallErrorEvent,
     ChunkEvent,
     CloseEvent,
@@ -138,6 +139,7 @@ _AGENT: dict[type[AgentEvent], tuple[tuple[str, ...], Callable[[Any], tuple[Any,
         lambda e: (e.tool, e.call, e.message, e.error_type, _backoff(e.retry_after)),
     ),
     UsageEvent: (TOKENS, attrgetter(*TOKENS)),
+    BaselineEvent: (("environment", "split"), attrgetter("environment", "split")),
     EpisodeEvent: (
         ("environment", "split", "task_index", "reward", "finished", "error", *TOKENS, "ok", *EPISODE_COLUMNS),
         lambda e: (

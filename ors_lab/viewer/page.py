@@ -3,25 +3,27 @@
 ``static/common.js`` (helpers, the colour scale), one ``static/<view>.js`` per view and
 ``static/main.js`` (the entry point) are joined into one ES module (``esm()``); ``ors_lab/html/style.css``
 is its CSS. No CDN, no network, no npm build: the notebook's widgets (``ors_lab.notebook.widget``), the
-HTML report and the page of ``ors-lab watch`` run the same files. A page of its own (``page_esm``) adds
-``static/page.js``, a model the page plays instead of the kernel, and the page's entry
+HTML report, the page of ``ors-lab watch`` and the page of ``ors-lab compare`` run the same files. A page of
+its own (``page_esm``) adds ``static/page.js``, a model the page plays instead of the kernel, and the page's entry
 (``static/<page>.js``); ``page_html`` is the HTML around it: the style sheet and the script inline, a
 Content-Security-Policy, and the static body shown until the script has drawn it.
 """
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 from ors_lab.html import stylesheet
 from ors_lab.version import __version__
 
-__all__ = ["PAGES", "VIEWS", "esm", "page_esm", "page_html"]
+__all__ = ["PAGES", "VIEWS", "esm", "page_esm", "page_html", "write_whole"]
 
-VIEWS = ("session", "run", "trace")
+VIEWS = ("session", "run", "trace", "compare")
 """The renderers in ``static/``, besides ``common.js`` (first) and ``main.js`` (last)."""
-PAGES = ("report", "watch")
+PAGES = ("report", "watch", "comparison")
 """The pages of their own in ``static/``: each the entry of a page drawn without a kernel."""
 
 
@@ -73,3 +75,16 @@ def page_html(page: str, *, title: str, csp: str, body: str, icon: bool = False,
 </body>
 </html>
 """
+
+
+def write_whole(path: Path, page: bytes) -> int:
+    """Write ``page`` to ``path`` (its directory made if need be, a file there replaced), whole or not at all: written
+    beside, then renamed. Returns its size."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(page)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return len(page)

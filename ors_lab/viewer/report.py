@@ -4,7 +4,10 @@ The page holds the run's summary card (as an ``EvalResult`` shows itself: mean r
 pass@k, success rate, errors, episodes and tasks, tokens, time, agent, model), then for each
 evaluation in the trace (an environment and split) its dashboard as the notebook drew it when the
 run ended (progress, figures, last errors, the tasks x rollouts grid whose cells open their
-transcripts, the reward histogram, the mean reward over time) and its per-task table, then every
+transcripts, the reward histogram, the mean reward over time; for a run evaluated against a baseline,
+the comparison: the paired delta, its interval and p-value, wins / losses / ties, the grid coloured by
+delta and the interval narrowing as tasks ended, from the ``baseline`` row the trace keeps) and its
+per-task table (and against a baseline, the comparison's view: ``ors_lab.viewer.compare``), then every
 episode in the trace viewer (a page at a time, sorted, filtered; a click opens the timeline:
 requests and responses, SSE events, pings and gaps, tool calls with inputs and outputs, rewards,
 the agent's reasoning and text, errors in red).
@@ -38,6 +41,7 @@ unpacked on the first click that needs it, so the page opens as fast whatever it
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import json
 import os
@@ -50,11 +54,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ors_lab.analysis.comparison import Comparison
 from ors_lab.analysis.frames import TOKENS, default_ks, errors_frame, summary_frame, tasks_frame
-from ors_lab.events import agent_event, strict_json
+from ors_lab.analysis.runs import Run, episodes_run, scores_of
+from ors_lab.events import BaselineEvent, agent_event, strict_json
 from ors_lab.html import Markup, escape
 from ors_lab.version import __version__
-from ors_lab.viewer.page import page_html
+from ors_lab.viewer.compare import CompareState, pair, task_key
+from ors_lab.viewer.page import page_html, write_whole
 from ors_lab.viewer.run import RunState
 from ors_lab.viewer.run_summary import (
     HTML_CELLS,
@@ -64,6 +71,7 @@ from ors_lab.viewer.run_summary import (
     TaskRow,
     run_summary_html,
     task_table,
+    versus_rows,
 )
 from ors_lab.viewer.trace import TraceState, trace_state
 
@@ -141,6 +149,8 @@ class ReportData:
     summary: Markup
     runs: list[tuple[str, Markup, Markup]]
     """Each evaluation's (mount id, static card, per-task table)."""
+    comparisons: list[tuple[str, Markup]]
+    """Each evaluation compared with its baseline: (mount id, the comparison's static summary)."""
     trace: Markup
     held: str
     episodes: int
@@ -155,15 +165,8 @@ def write_report(trace: Trace, path: str | os.PathLike[str], *, timelines: int =
     if path.resolve() == Path(trace.path).resolve():
         raise ValueError(f"{path} is the trace itself: write the report elsewhere, e.g. {path.with_suffix('.html')}")
     data = report_data(trace, timelines=timelines)
-    page = report_html(data).encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_bytes(page)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return Report(path, len(page), data.episodes, data.detailed)
+    size = write_whole(path, report_html(data).encode("utf-8"))
+    return Report(path, size, data.episodes, data.detailed)
 
 
 # -- the data --------------------------------------------------------------------------------------
@@ -178,6 +181,7 @@ class _Run:
     episodes: pd.DataFrame
     agent: str | None
     state: RunState | None = None
+    baseline: BaselineEvent | None = None  # the baseline it was evaluated against, as the trace keeps it
     last_t: float = 0.0
     sessions: dict[str, str] | None = None  # grid key "task/rollout" -> the session whose outcome it shows
 
@@ -233,6 +237,8 @@ def report_data(trace: Trace, *, timelines: int = TIMELINES, detail_bytes: int =
         summary = run_summary(run.episodes, ks, environment=run.environment, split=run.split,
                               rollouts=run.state.rollouts, agent=run.state.agent, elapsed_s=run.state.elapsed(),
                               tasks=TASK_ROWS)  # fmt: skip
+        if run.state.baseline is not None:  # the run against its baseline, as its dashboard ends
+            summary = replace(summary, versus=versus_rows(run.state.baseline.figures(ended=True)))
         more = summary.tasks - len(summary.task_rows)
         opened = " open" if len(summary.task_rows) <= OPEN_TASKS else ""  # a long table, folded, costs no layout
         tasks = Markup(
@@ -242,7 +248,9 @@ def report_data(trace: Trace, *, timelines: int = TIMELINES, detail_bytes: int =
         )
         fallback = replace(summary, task_rows=[], grid=summary.grid[: max(FALLBACK_CELLS // run.state.rollouts, 1)])
         run_parts.append((f"ors-lab-run-{n}", run_summary_html(fallback), tasks))
+    comparisons = [_comparison(trace, run, n) for n, run in enumerate(runs) if run.baseline is not None]
     head = {
+        "comparisons": [{"mount": mount, **data} for mount, _, data in comparisons],
         "runs": [
             {"mount": mount, "data": run.state.snapshot(), "sessions": run.sessions}
             for (mount, _, _), run in zip(run_parts, runs, strict=True)
@@ -267,6 +275,7 @@ def report_data(trace: Trace, *, timelines: int = TIMELINES, detail_bytes: int =
         chunks=chunks,
         summary=run_summary_html(_trace_summary(trace, episodes, runs)),
         runs=run_parts,
+        comparisons=[(mount, static) for mount, static, _ in comparisons],
         trace=Markup(viewer.html()),
         held=held,
         episodes=count,
@@ -328,6 +337,7 @@ def _feed(table: pa.Table, runs: list[_Run], detailed: set[str], *, partial: boo
     every = pc.is_in(rows["kind"], value_set=pa.array(_FEED, pa.string()))
     mine = pc.is_in(rows["session_id"], value_set=pa.array(sorted(detailed), pa.string()))
     rows = rows.filter(pc.or_(every, mine)).sort_by("seq").select(_ROW_COLUMNS)
+    baselines = _baselines(table)
     now = [0.0]
 
     def clock() -> float:
@@ -364,9 +374,49 @@ def _feed(table: pa.Table, runs: list[_Run], detailed: set[str], *, partial: boo
         if run.state is None:  # its episodes left no agent rows: an empty dashboard
             run.state = RunState(run.environment, run.split, [], agent=run.agent, clock=clock)
             run.sessions = {}
+        for event in baselines:  # the run's baseline (its state takes the one of its environment and split)
+            if run.state.apply(event):
+                run.baseline = event
         now[0] = run.last_t
         run.state.end("partial" if partial else "finished")
     return transcripts
+
+
+COMPARED = 100
+"""Tasks of an evaluation against its baseline whose episodes the report holds for the comparison's view."""
+
+
+def _comparison(trace: Trace, run: _Run, n: int) -> tuple[str, Markup, dict[str, Any]]:
+    """The comparison of an evaluation with the baseline it was run against (known by its per-task scores, as the
+    trace keeps them): its mount, its static summary, and the view's data with the episodes of the ``COMPARED``
+    tasks of the largest deltas side by side."""
+    event = run.baseline
+    assert event is not None
+    baseline = Run(event.name, scores_of(event.tasks, event.environment, event.split))
+    candidate = episodes_run(run.agent or f"eval {run.environment}/{run.split}", run.episodes, trace)
+    comparison = Comparison(baseline, [candidate])
+    state = CompareState(comparison)
+    tasks = comparison.tasks.assign(size=comparison.tasks["delta"].abs()).sort_values("size", ascending=False)
+    keys = [
+        task_key(*row) for row in tasks[["environment", "split", "task_index"]].head(COMPARED).itertuples(index=False)
+    ]
+    note = (f"This report holds the episodes of the {min(COMPARED, len(tasks))} tasks of the largest deltas side by "
+            "side, not of this one: its episodes are in the trace; the baseline's are in its own trace.")  # fmt: skip
+    data = {"data": state.snapshot(), "details": {key: {"0": pair(comparison, key)} for key in keys}, "note": note}
+    return f"ors-lab-compare-{n}", Markup(state.html()), data
+
+
+def _baselines(table: pa.Table) -> list[BaselineEvent]:
+    """The baselines the trace's evaluations were compared with (``evaluate(..., baseline=...)``): their events."""
+    rows = table.filter(pc.and_(pc.equal(table["layer"], "agent"), pc.equal(table["kind"], "baseline")))
+    events = []
+    for data in rows["data"].to_pylist():
+        wire = _loads(data)
+        with contextlib.suppress(TypeError, ValueError):  # a row no event is made of (a hand-edited trace)
+            event = agent_event("baseline", wire) if isinstance(wire, dict) else None
+            if isinstance(event, BaselineEvent):
+                events.append(event)
+    return events
 
 
 def _trace_summary(trace: Trace, episodes: pd.DataFrame, runs: list[_Run]) -> RunSummary:
@@ -470,6 +520,8 @@ def report_html(data: ReportData) -> str:
     """The page: the static summary and cards, the data, the script. See the module docstring."""
     runs = "".join(f'<section class="ol-page-run"><div id="{mount}">{card}</div>{tasks}</section>'
                    for mount, card, tasks in data.runs)  # fmt: skip
+    runs += "".join(f'<section class="ol-page-run"><h3>Against its baseline</h3><div id="{mount}">{summary}</div>'
+                    "</section>" for mount, summary in data.comparisons)  # fmt: skip
     blobs = [
         ("ors-lab-head", _gzip(strict_json(data.head))),
         *((f"ors-lab-chunk-{n}", c) for n, c in enumerate(data.chunks)),

@@ -11,6 +11,8 @@ what the dashboard is drawn from (``ors_lab.viewer.run_view``), in bounded memor
   ``figures()`` (exact from every outcome once the run has ended), ``note()``, ``tokens()``, ``rate()``;
 - the errors and the last ``MAX_ERRORS``;
 - the tasks x rollouts grid as codes (``_LEVELS``);
+- against a baseline (its ``baseline`` event), the running paired delta of the tasks that have ended
+  (``ors_lab.viewer.run_baseline.LiveBaseline``) and each finished cell's delta code;
 - each live episode (``LiveEpisode``): its parts in order, their deltas joined by
   ``ors_lab.transcript.AgentStream`` (the one joiner), at most ``MAX_PARTS`` parts;
 - each finished episode's transcript, handed once to the front end (``INBOX_PER_SEND`` a send at
@@ -22,16 +24,17 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
-from ors_lab.events import AGENT_KINDS, EpisodeEvent, Event, StartEvent, UsageEvent, compact_json
+from ors_lab.events import AGENT_KINDS, BaselineEvent, EpisodeEvent, Event, StartEvent, UsageEvent, compact_json
 from ors_lab.feed.plan import RunPlan
 from ors_lab.html import fmt
 from ors_lab.stats import mean, pass_at_k, stderr, success_note
 from ors_lab.transcript import AgentStream, Part
+from ors_lab.viewer.run_baseline import LiveBaseline, delta_code
 from ors_lab.viewer.run_summary import MAX_ERRORS, TOKEN_NAMES
 
 __all__ = [
@@ -231,6 +234,9 @@ class RunFold:
         for index in self._cell.values():
             self._grid[index] = ord(".")
         self._outcomes: list[_Outcome | None] = [None] * len(self._grid)
+        self._planned = Counter(task for task, _ in keys)
+        self.baseline: LiveBaseline | None = None  # the run against its baseline, once its baseline event came
+        self._deltas = bytearray(b" " * len(self._grid))  # each finished cell's delta code (``delta_code``)
         self._per_task: dict[int, list[int]] = {task: [0, 0, 0] for task in self.tasks}  # episodes, successes, errors
         self.episodes = 0  # done: finished, resumed ones included
         self.resumed = 0
@@ -263,6 +269,7 @@ class RunFold:
             "start": self._start,
             "usage": self._usage,
             "episode": self._episode,
+            "baseline": self._baseline,
         }
         self.resume(resumed)
 
@@ -300,6 +307,33 @@ class RunFold:
         if index is not None and self._outcomes[index] is None:
             self._grid[index] = ord("~")
         return True
+
+    def _baseline(self, event: BaselineEvent) -> bool:
+        """The baseline of this run (of its environment and split; another's is ignored): the tasks and cells
+        already done compared at once."""
+        if (event.environment, event.split) != (self.environment, self.split):
+            return False
+        self.baseline = LiveBaseline(event, self._planned)
+        for (task, _), index in list(self._cell.items()):
+            if index < len(self._grid) and self._outcomes[index] is not None:
+                self._compare(task, index)
+        self._version += 1
+        return True
+
+    def _compare(self, task: int, index: int) -> None:
+        """A finished cell against the baseline: its delta code; its task compared when all its rollouts ended."""
+        baseline = self.baseline
+        assert baseline is not None
+        outcome = self._outcomes[index]
+        base = baseline.means.get(task)
+        if outcome is None or base is None:
+            return
+        self._deltas[index] = ord(delta_code(outcome.reward - base))
+        if self._per_task[task][0] >= self._planned[task]:
+            cells = [self._outcomes[self._cell[key]] for key in ((task, r) for r in range(self.rollouts))
+                     if key in self._cell]  # fmt: skip
+            if all(o is not None for o in cells):
+                baseline.task_done(task, [o.reward for o in cells if o is not None])
 
     def _live(self, event: Event) -> LiveEpisode | None:
         return self._running.get(event.session_id) if event.session_id is not None else None
@@ -374,6 +408,8 @@ class RunFold:
             else:
                 level = min(max(outcome.reward, 0.0), 1.0) if math.isfinite(outcome.reward) else 0.0
                 self._grid[index] = ord("A") + round(level * _LEVELS)
+            if self.baseline is not None:
+                self._compare(key[0], index)
         self._version += 1
         if not resumed:
             self._point()

@@ -26,6 +26,7 @@ __all__ = [
     "run_summary_html",
     "task_table",
     "tokens_text",
+    "versus_rows",
 ]
 
 MAX_ERRORS = 10
@@ -81,6 +82,8 @@ class RunSummary:
     ids: list[tuple[str, str]] = field(default_factory=list)
     note: str | None = None
     """Why success and pass@k are 0 though rewards are positive (``ors_lab.stats.success_note``), or None."""
+    versus: list[tuple[str, str]] = field(default_factory=list)
+    """The run against its baseline (``versus_rows``), when it had one."""
 
 
 def _pm(value: float | None, err: float | None) -> str:
@@ -101,6 +104,19 @@ def tokens_text(tokens: Mapping[str, int | None] | None) -> str | None:
     main = f"{tokens.get('input') or 0} in, {tokens.get('output') or 0} out"
     extra = [f"{tokens[name]} {name}" for name in ("reasoning", "cached") if tokens.get(name)]
     return main + (f" ({', '.join(extra)})" if extra else "")
+
+
+def versus_rows(figures: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The card's rows of a run against its baseline (``LiveBaseline.figures``): the mean delta ± its stderr, the
+    95% interval, the p-value, wins / losses / ties over the tasks compared."""
+    if not figures.get("tasks"):
+        return [(f"vs {figures['name']}", "no task compared yet")]
+    span = "-" if figures["ci_low"] is None else f"[{figures['ci_low']:.3f}, {figures['ci_high']:.3f}]"
+    p = "-" if figures["p_value"] is None else fmt(figures["p_value"])
+    return [(f"vs {figures['name']}", f"delta {_pm(figures['mean_delta'], figures['stderr'])}"),
+            ("95% interval", span), ("p-value", p),
+            ("wins / losses / ties", f"{figures['wins']} / {figures['losses']} / {figures['ties']} of "
+                                     f"{figures['tasks']} tasks")]  # fmt: skip
 
 
 def _grid_html(grid: Sequence[tuple[Any, Sequence[tuple[float | None, bool]]]], more: int) -> str:
@@ -137,6 +153,7 @@ def run_summary_html(summary: RunSummary) -> Markup:
     rows.append(("success rate", f3(s.success_rate)))
     if s.note is not None:
         rows.append(("note", s.note))
+    rows += s.versus
     rows.append(("errors", s.errors))
     total = f" of {s.total}" if s.total is not None and s.total != s.episodes else ""
     resumed = f", {s.resumed} resumed" if s.resumed else ""

@@ -3,11 +3,12 @@
 - ``snapshot(run)``: the JSON ``static/run.js`` draws: done / total, the rate and ETA, the figures,
   tokens per second, the errors, the grid (at most ``GRID_CELLS`` cells, whole tasks), the reward
   histogram and the mean over time as numbers (the front end draws them as inline SVG with DOM
-  calls, no charting library), and "now running" panes: the last ``PANE_PARTS`` parts of at most
+  calls, no charting library), "now running" panes: the last ``PANE_PARTS`` parts of at most
   ``MAX_PANES`` live episodes, ``PANE_CHARS`` of each;
 - ``request(run, {"transcript": key})``: a finished episode's transcript, or why there is none;
 - ``text(run)``: the progress line ``ors-lab eval`` and a terminal show
-  (``eval lab/train: 6/6 episodes  12.0/s  mean reward 0.500  errors 0``; once the run has ended,
+  (``eval lab/train: 6/6 episodes  12.0/s  mean reward 0.500  errors 0``, then, against a baseline,
+  ``vs base.parquet: delta -0.050 [-0.120, 0.020] over 12 tasks (1/3/8)``; once the run has ended,
   the note and the errors follow it on lines of their own);
 - ``summary(run)``: the figures of the static summary (``run_summary_html``).
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 from ors_lab.stats import mean, pass_at_k, stderr
 from ors_lab.viewer.run_fold import KEEP_TRANSCRIPTS, RunFold
-from ors_lab.viewer.run_summary import HTML_CELLS, TABLE_TASKS, RunSummary, TaskRow, f3
+from ors_lab.viewer.run_summary import HTML_CELLS, TABLE_TASKS, RunSummary, TaskRow, f3, versus_rows
 
 __all__ = [
     "ERROR_CHARS",
@@ -83,11 +84,13 @@ def snapshot(run: RunFold) -> dict[str, Any]:
             "tasks": _ranges(shown_tasks),
             "cells": run._grid[: len(shown_tasks) * run.rollouts].decode("ascii"),
             "more_tasks": len(run.tasks) - len(shown_tasks),
+            **({"deltas": run._deltas[: len(shown_tasks) * run.rollouts].decode("ascii")} if run.baseline else {}),
         },
         "hist": {"lo": run._hist_range[0], "hi": run._hist_range[1], "counts": list(run._hist)},
         "series": {"t": list(run._series_t), "mean": list(run._series_v)},
         "panes": _panes(run),
         "kept": len(run._transcripts),
+        "baseline": run.baseline.figures(run.ended is not None) if run.baseline is not None else None,
     }
 
 
@@ -147,6 +150,8 @@ def text(run: RunFold) -> str:
     tokens = run.tokens()
     if tokens is not None:
         line += f"  tokens {(tokens['input'] or 0) + (tokens['output'] or 0)}"
+    if run.baseline is not None:
+        line += f"  {run.baseline.text(run.ended is not None)}"
     note = run.note() if run.status != "running" else None
     if note is not None:
         line += f"\n  {note}"
@@ -205,6 +210,7 @@ def summary(run: RunFold) -> RunSummary:
         task_rows=task_rows,
         grid=grid,
         note=run.note(),
+        versus=versus_rows(run.baseline.figures(run.ended is not None)) if run.baseline is not None else [],
     )
 
 

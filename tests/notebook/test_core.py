@@ -341,12 +341,12 @@ def test_the_front_end_is_one_module_with_every_renderer() -> None:
 
 def test_a_page_of_its_own_adds_its_model_and_entry_to_the_same_module() -> None:
     """page_esm is the widget's module unchanged, then page.js (the model a page plays) and the page's entry."""
-    assert PAGES == ("report", "watch")
+    assert PAGES == ("report", "watch", "comparison")
     for page in PAGES:
         module = page_esm(page)
         assert module.startswith(esm()) and module.count("export default") == 1
         assert module.index("ORS.pageModel =") < module.index(f"ORS.{page} =")
-    with pytest.raises(ValueError, match="no page 'nope'; the pages: report, watch"):
+    with pytest.raises(ValueError, match="no page 'nope'; the pages: report, watch, comparison"):
         page_esm("nope")
 
 

@@ -32,6 +32,15 @@ ORS.colour = (reward, error = false) => {
   return `hsl(${Math.round(120 * x)}, 65%, 45%)`;
 };
 
+// A delta (candidate − baseline), clipped to [−1, 1]: red below 0, green above, paler towards 0; 0 and none grey.
+// Same scale as ors_lab.html.delta_colour.
+ORS.deltaColour = (delta) => {
+  if (delta === null || delta === undefined || Number.isNaN(delta)) return "#d0d7de";
+  const x = Math.min(Math.max(Number(delta), -1), 1);
+  if (x === 0) return "hsl(0, 0%, 78%)";
+  return `hsl(${x < 0 ? 0 : 120}, 65%, ${Math.round(88 - 43 * Math.abs(x))}%)`;
+};
+
 ORS.kv = (rows) => ORS.h("table", { class: "ol-kv" },
   rows.map(([k, v]) => ORS.h("tr", {}, ORS.h("th", {}, k), ORS.h("td", {}, v instanceof Node ? v : ORS.fmt(v)))));
 

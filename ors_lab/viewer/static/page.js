@@ -54,3 +54,30 @@ ORS.inline = async (id) => {
   const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
   return JSON.parse(await new Response(stream).text());
 };
+
+// The page drawn (drawing: a promise): <html data-ors-lab="ready"> and the "ors-lab-ready" performance mark, which
+// the tests and the benchmarks wait for; "failed" (and the error on the console) if it could not be drawn.
+ORS.ready = (drawing, what) => drawing.then(
+  () => {
+    document.documentElement.dataset.orsLab = "ready";
+    performance.mark("ors-lab-ready");
+  },
+  (error) => {
+    console.error(`ors_lab: ${what} could not be drawn`, error);
+    document.documentElement.dataset.orsLab = "failed";
+  },
+);
+
+// A comparison's view (compare.js) drawn in el by a page of its own: the page answers a click on a task with the
+// two runs' episodes it holds (held(task, candidate): a promise of them, or of nothing), else with a note.
+ORS.drawComparison = (el, data, note, waiting, held) => {
+  const model = ORS.pageModel({ view: "compare", data, text: "", waiting }, async (message) => {
+    if (typeof message.task !== "string") return null;
+    const found = await held(message.task, String(message.candidate));
+    if (found) return found;
+    const names = [data.baseline, data.candidates[message.candidate]];
+    return { type: "pair", key: message.task, candidate: message.candidate, names, differences: [],
+      runs: names.map((name) => ({ name, episodes: [], missing: note })) };
+  });
+  return ORS.draw(el, model);
+};

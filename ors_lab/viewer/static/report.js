@@ -69,6 +69,11 @@ ORS.report = async () => {
     ORS.draw(document.getElementById(run.mount), model);
   }
 
+  for (const compared of head.comparisons || []) {  // an evaluation against its baseline: the comparison's view
+    ORS.drawComparison(document.getElementById(compared.mount), compared.data, compared.note, waiting,
+      async (task, candidate) => (compared.details[task] || {})[candidate]);
+  }
+
   const limits = { size: head.trace.data.page.size, max: head.trace.data.limits.page_size,
     sortable: head.trace.data.sortable };
   const model = ORS.pageModel({ view: "trace", data: head.trace.data, text: "", waiting }, async (message) => {
@@ -85,13 +90,4 @@ ORS.report = async () => {
   ORS.draw(document.getElementById(head.trace.mount), model);
 };
 
-ORS.report().then(
-  () => {
-    document.documentElement.dataset.orsLab = "ready";
-    performance.mark("ors-lab-ready");
-  },
-  (error) => {
-    console.error("ors_lab: the report could not be drawn", error);
-    document.documentElement.dataset.orsLab = "failed";
-  },
-);
+ORS.ready(ORS.report(), "the report");

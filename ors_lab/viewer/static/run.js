@@ -16,9 +16,11 @@ const runSvg = (tag, attrs = {}) => {
   return node;
 };
 
-// A grid code: " " not planned, "." waiting, "~" running, "x" failed, "A".."U" a reward in twentieths.
-const runCodeColour = (code) => {
+// A grid code: " " not planned, "." waiting, "~" running, "x" failed, "A".."U" a reward in twentieths; against a
+// baseline, a finished cell's delta code too: "a".."u", its reward minus its task's baseline mean in tenths above −1.
+const runCodeColour = (code, delta = " ") => {
   if (code === "x") return ORS.colour(null, true);
+  if (delta >= "a" && delta <= "u") return ORS.deltaColour((delta.charCodeAt(0) - 97) / 10 - 1);
   if (code >= "A" && code <= "U") return ORS.colour((code.charCodeAt(0) - 65) / 20);
   return "";
 };
@@ -97,6 +99,12 @@ ORS.views.run = ({ model, el }) => {
   tokensBox.style.display = "none";
   // Why success and pass@k read 0 though rewards are positive (RunState.note), naming success_threshold=.
   const note = h("div", { class: "ol-run-note ol-dim", style: "display: none; margin: 2px 0 4px" });
+  // Against a baseline (RunState.baseline): the running paired delta, its interval (narrowing as tasks end), p.
+  const versus = h("div", { class: "ol-run-vs", style: "display: none; margin: 2px 0 4px" });
+  let colourBy = "delta";
+  const colourPick = h("select", { class: "ol-run-colour", style: "display: none; margin-left: 6px",
+    onchange: (e) => { colourBy = e.target.value; codes = ""; drawGrid(model.get("data").grid); } },
+    h("option", { value: "delta" }, "colour: delta to the baseline"), h("option", { value: "reward" }, "colour: reward"));
   const errorsList = h("div");
   const errorsSummary = h("summary", {}, "last errors");
   const errors = h("details", { class: "ol-run-errors", style: "display: none" }, errorsSummary, errorsList);
@@ -118,6 +126,15 @@ ORS.views.run = ({ model, el }) => {
   line.append(linePath, lineEnd, lineTop, lineStart,
     runSvg("line", { x1: 0, x2: RUN_W, y1: RUN_H - 14, y2: RUN_H - 14, stroke: "#8c959f" }));
 
+  const deltaTitle = h("div", { class: "ol-dim", style: "display: none" }, "delta to the baseline as tasks end (95% interval)");
+  const deltaChart = runSvg("svg", { width: RUN_W, height: RUN_H, viewBox: `0 0 ${RUN_W} ${RUN_H}`, class: "ol-run-delta",
+    style: "display: none" });
+  const deltaBand = runSvg("polygon", { fill: "#0969da", "fill-opacity": 0.15, points: "" });
+  const deltaLine = runSvg("polyline", { fill: "none", stroke: "#0969da", "stroke-width": 1.5, points: "" });
+  const deltaZero = runSvg("line", { x1: 0, x2: RUN_W, stroke: "#8c959f", "stroke-dasharray": "3 2" });
+  const deltaEnd = runSvg("text", { x: RUN_W - 2, y: RUN_H - 2, "font-size": 10, "text-anchor": "end", fill: "currentColor" });
+  deltaChart.append(deltaBand, deltaZero, deltaLine, deltaEnd);
+
   const transcriptHead = h("div", { class: "ol-title" });
   const transcriptBody = h("div", { class: "ol-run-transcript-body", style: "max-height: 22em; overflow: auto" });
   const closeTranscript = h("button", { style: "float: right", onclick: () => select(null) }, "close");
@@ -134,13 +151,14 @@ ORS.views.run = ({ model, el }) => {
       h("div", { class: "ol-bar", style: "flex: 1 1 auto; min-width: 120px" }, bar), progress),
     h("div", { style: "margin: 4px 0" }, meanBox, passBox, successBox, tokensBox, errorsBox),
     note,
+    versus,
     errors,
     h("div", { class: "ol-row", style: "margin-top: 4px" },
       h("div", { style: "flex: 0 1 auto; min-width: 200px; max-width: 620px" },
-        h("div", { class: "ol-dim" }, "tasks × rollouts (click a cell)"), grid, gridNote),
+        h("div", { class: "ol-dim" }, "tasks × rollouts (click a cell)", colourPick), grid, gridNote),
       h("div", {},
         h("div", { class: "ol-dim" }, "rewards"), hist,
-        h("div", { class: "ol-dim" }, "mean reward over time"), line)),
+        h("div", { class: "ol-dim" }, "mean reward over time"), line, deltaTitle, deltaChart)),
     transcript, panesTitle, panes));
 
   // -- transcripts -------------------------------------------------------------------------------
@@ -157,7 +175,7 @@ ORS.views.run = ({ model, el }) => {
     const where = `task ${task} · rollout ${rollout}`;
     transcriptBody.replaceChildren();
     if (!item) {
-      const code = codes[cellIndex.get(key)];
+      const code = (codes[cellIndex.get(key)] || " ")[0];
       runSet(transcriptHead, where);
       const why = code === "~" ? "running: its transcript comes when it ends"
         : code === "." ? "not run yet"
@@ -185,7 +203,7 @@ ORS.views.run = ({ model, el }) => {
     cellNodes[cellIndex.get(key)]?.classList.add("ol-selected");
     transcript.style.display = "";
     showTranscript(key);
-    selectedCode = codes[cellIndex.get(key)];
+    selectedCode = (codes[cellIndex.get(key)] || " ")[0];
     if (!cache.has(key) && selectedCode !== "~" && selectedCode !== ".") model.send({ transcript: key });
   };
 
@@ -219,18 +237,22 @@ ORS.views.run = ({ model, el }) => {
     const key = `${g.rollouts}:${JSON.stringify(g.tasks)}`;
     if (key !== shape) { shape = key; buildGrid(g); }
     const next = g.cells;
+    const deltas = g.deltas && colourBy === "delta" ? g.deltas : "";
+    const drawn = [];
     for (let i = 0; i < next.length && i < cellNodes.length; i++) {
-      const code = next[i];
-      if (code === codes[i]) continue;
+      const code = next[i], delta = deltas[i] || " ";
+      drawn.push(code + delta);
+      if (code + delta === codes[i]) continue;
       const cell = cellNodes[i];
-      const fill = runCodeColour(code);
+      const fill = runCodeColour(code, delta);
       cell.style.background = fill;
       cell.classList.toggle("ol-pending", !fill);
       cell.style.opacity = code === " " ? "0" : "";
       cell.style.outline = code === "~" ? "1px dashed #0969da" : "";
       cell.dataset.state = code === "x" ? "failed" : fill ? "done" : code === "~" ? "running" : "waiting";
+      if (delta !== " ") cell.dataset.delta = ((delta.charCodeAt(0) - 97) / 10 - 1).toFixed(1);
     }
-    codes = next;
+    codes = drawn;
     runSet(gridNote, g.more_tasks ? `and ${g.more_tasks} more tasks (the result has them all)` : "");
   };
 
@@ -270,6 +292,41 @@ ORS.views.run = ({ model, el }) => {
     linePath.setAttribute("points", points.join(" "));
     runSet(lineEnd, ORS.duration(end));
     runSet(lineTop, ORS.fmt(top));
+  };
+
+  // -- against the baseline ----------------------------------------------------------------------
+  const fixed = (v, sign = false) => (v === null || v === undefined ? "-" : `${sign && v > 0 ? "+" : ""}${v.toFixed(3)}`);
+  const drawVersus = (b) => {
+    for (const node of [versus, deltaTitle, deltaChart]) node.style.display = b ? "" : "none";
+    colourPick.style.display = b ? "" : "none";
+    if (!b) return;
+    const figures = b.tasks ? [
+      ["mean_delta", `delta ${fixed(b.mean_delta, true)}${b.stderr === null ? "" : ` ± ${fixed(b.stderr)}`}`],
+      ["ci_low", b.ci_low === null ? "" : `95% [${fixed(b.ci_low, true)}, ${fixed(b.ci_high, true)}]`],
+      ["p_value", b.p_value === null ? "" : `p ${ORS.fmt(b.p_value)}`],
+      ["wins", `${b.wins}/${b.losses}/${b.ties} of ${b.tasks} tasks`],
+    ] : [["tasks", "no task compared yet"]];
+    const text = `vs ${b.name}: ${figures.map(([, t]) => t).filter(Boolean).join(" · ")}`;
+    if (versus.dataset.text !== text) {
+      versus.dataset.text = text;
+      versus.replaceChildren(h("span", { class: "ol-dim" }, `vs ${b.name} `), ...figures.filter(([, t]) => t).map(([name, t]) =>
+        h("b", { class: "ol-run-vs-figure", "data-figure": name, style: "margin-right: 10px" }, t)));
+      if (b.unpaired_run || b.unpaired_baseline) versus.append(h("span", { class: "ol-dim" },
+        `(unpaired: ${b.unpaired_run} of the run's tasks, ${b.unpaired_baseline} of the baseline's)`));
+    }
+    const points = (b.series || []).filter((p) => p[1] !== null);
+    const last = points.length ? points[points.length - 1][0] : 1;
+    let top = 1e-9;
+    for (const [, m, lo, hi] of points) top = Math.max(top, Math.abs(m), Math.abs(lo ?? m), Math.abs(hi ?? m));
+    const y = (v) => (RUN_H - 14) / 2 - (v / top) * ((RUN_H - 18) / 2);
+    const x = (n) => (RUN_W * n) / Math.max(last, 1);
+    deltaZero.setAttribute("y1", y(0));
+    deltaZero.setAttribute("y2", y(0));
+    deltaLine.setAttribute("points", points.map(([n, m]) => `${x(n).toFixed(1)},${y(m).toFixed(1)}`).join(" "));
+    const banded = points.filter((p) => p[2] !== null);
+    deltaBand.setAttribute("points", [...banded.map(([n, , , hi]) => `${x(n).toFixed(1)},${y(hi).toFixed(1)}`),
+      ...banded.reverse().map(([n, , lo]) => `${x(n).toFixed(1)},${y(lo).toFixed(1)}`)].join(" "));
+    runSet(deltaEnd, `${last} tasks`);
   };
 
   // -- the live panes ----------------------------------------------------------------------------
@@ -345,12 +402,13 @@ ORS.views.run = ({ model, el }) => {
       errorsList.replaceChildren(...(d.last_errors || []).map(([key, type, message]) => h("div", { class: "ol-err" },
         h("a", { href: "#", onclick: (e) => { e.preventDefault(); select(key); } }, key), ` ${type}: ${message}`)));
     }
+    drawVersus(d.baseline);
     if (d.grid) drawGrid(d.grid);
     if (d.hist) drawHist(d.hist);
     drawLine(d.series || {}, d.elapsed_s);
     drawPanes(d.panes || []);
     if (selected !== null && !cache.has(selected)) {  // the selected episode ended, its transcript not here
-      const code = codes[cellIndex.get(selected)];
+      const code = (codes[cellIndex.get(selected)] || " ")[0];
       if (code !== selectedCode) {
         selectedCode = code;
         showTranscript(selected);
