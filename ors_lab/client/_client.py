@@ -20,8 +20,8 @@ from ors_lab.client._guard import _Closable, _ExitGuard
 from ors_lab.client._send import DEFAULT_TIMEOUT, USER_AGENT, _positive, _request_deadline
 from ors_lab.client._session import DELETE_TIMEOUT
 from ors_lab.client.policy import RetryPolicy
-from ors_lab.client.transport import DEFAULT_CONNECTIONS, AiohttpTransport
 from ors_lab.client.url import server_url
+from ors_lab.client.wire import DEFAULT_CONNECTIONS, WireTransport
 from ors_lab.events import EventStream, Subscriber
 from ors_lab.protocol.answers import environment_names
 from ors_lab.protocol.call import MAX_RESULT_BYTES
@@ -114,7 +114,7 @@ class AsyncClient(_Caller):
         )
         self._extensions = {"timeout": self._timeout.as_dict()}
         self._urls: dict[str, tuple[httpx2.URL, str]] = {}  # path -> its URL, and the URL as text
-        self._transport = transport if transport is not None else AiohttpTransport(connections)
+        self._transport = transport if transport is not None else WireTransport(connections)
         self._http = httpx2.AsyncClient(
             headers=default_headers,
             timeout=self._timeout,
