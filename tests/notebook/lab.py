@@ -15,7 +15,8 @@ the Run menu, so every cell is queued at once as in a person's Run All::
 ``finish()`` waits until the last cell prints ``notebook ok`` (or the run stops: an error, a
 timeout), then collects the problems: page errors, error and stderr outputs, cells left running
 (``[*]``) or never run, widgets shown as text (``VBox(children=...``, "Error displaying widget")
-instead of views, fewer widget views than the committed notebook has. It takes the screenshots:
+instead of views, fewer widget views than the committed notebook has, a static twin left visible beside the
+widgets drawn (their style sheet hides it). It takes the screenshots:
 ``<name>.png`` (the notebook, code collapsed), ``<name>-widget-<i>.png`` (each widget view) and
 ``<name>-FAILED.png`` at the first problem output, in ``screenshot_dir()``: ``$ORS_LAB_SCREENSHOTS``,
 else ``build/screenshots`` (ignored by git; ``make test`` keeps it as the run's artefact).
@@ -416,6 +417,9 @@ class LabRun:
         views = page.locator(WIDGET_VIEW).count()
         if views < self.widget_views:
             problems.append(f"{views} widget views drawn; the committed notebook has {self.widget_views}")
+        twins = page.locator(".ol-twin:visible").count()
+        if views and twins:  # the widgets' style sheet hides their static twins (ors_lab.notebook.hosts)
+            problems.append(f"{twins} static twins shown beside the {views} widget views drawn")
 
     def _screenshots(self) -> None:
         page = self.page

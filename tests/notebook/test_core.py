@@ -193,7 +193,8 @@ def test_outside_a_kernel_views_are_text() -> None:
     assert resolve() == "off"
     live_views("widgets")
     with pytest.raises(
-        RuntimeError, match=rf"'widgets' but this is not a Jupyter kernel; use 'auto' or 'text' \({ENV_VAR}\)"
+        RuntimeError,
+        match=rf"'widgets' but this is not a Jupyter kernel nor a marimo notebook; use 'auto' or 'text' \({ENV_VAR}\)",
     ):
         resolve()
 
