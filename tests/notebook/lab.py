@@ -110,6 +110,26 @@ def _free_port() -> int:
         return port
 
 
+def stop_group(server: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM to a server's process group (its kernels too), SIGKILL if it lingers; nothing if it has ended."""
+    if server is None or server.poll() is not None:
+        return
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=15)
+
+
+def tail(log: Path, chars: int = 3000) -> str:
+    """The end of a server's log."""
+    try:
+        return log.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
 def cleared_copy(notebook: Path, into: Path) -> Path:
     """A copy of ``notebook`` in ``into/notebooks/`` with every output and execution count cleared.
 
@@ -228,21 +248,11 @@ class JupyterLab:
     def _stop_server(self) -> None:
         """SIGTERM to the server's process group (it shuts its kernels down), SIGKILL if it lingers."""
         server, self._server = self._server, None
-        if server is None or server.poll() is not None:
-            return
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=15)
+        stop_group(server)
 
     def log_tail(self, chars: int = 3000) -> str:
         """The end of the server's log."""
-        try:
-            return self.log.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
+        return tail(self.log, chars)
 
     def api(self, method: str, path: str) -> Any:
         """One call of the server's REST API (``/api/...``); the JSON answer, or None."""

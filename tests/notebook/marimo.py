@@ -21,7 +21,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 
 from playwright.sync_api import Browser, BrowserContext, Route
 
-from tests.notebook.lab import REPO_ROOT, _free_port
+from tests.notebook.lab import REPO_ROOT, _free_port, stop_group, tail
 
 MARIMO_CDN = "https://cdn.jsdelivr.net/npm/@marimo-team/frontend@{version}/dist/"
 """Where an exported marimo page loads marimo's own front end from (``marimo._templates.get_default_asset_url``)."""
@@ -106,20 +105,10 @@ class MarimoServer:
     def stop(self) -> None:
         """SIGTERM to the server's process group (its kernel too), SIGKILL if it lingers."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=15)
+        stop_group(process)
 
     def log_tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
+        return tail(self.log, chars)
 
 
 def export_html(notebook: Path, scratch: Path, *, timeout: float = 240.0) -> tuple[Path, float]:
