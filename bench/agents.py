@@ -34,7 +34,11 @@ short one (text and a tool call) and a 100 KB one (reasoning first).
    - ``llm_client``: ``http_client=episode.llm_client()`` (decoded, published, recorded);
    - ``plain``: ``http_client=httpx.AsyncClient()`` for openai; anthropic 2.16 takes no httpx client
      (a ``TypeError``), so its own default client (httpx2);
-   - ``default``: openai's own default client (httpx2), for the record.
+   - ``default``: openai's own default client (httpx2), for the record;
+   - ``unrecorded``: an ``httpx2.AsyncClient`` on ``llm_client()``'s wire (ors_lab's ``AiohttpTransport``),
+     nothing decoded or recorded: ``llm_client`` ÷ ``unrecorded`` is what decoding and recording cost;
+   - ``tapped``: the same with ``llm_client()``'s recording (``RecordingTransport`` and the episode's
+     ``ExchangeTap``: the request, response, each read and SSE event as rows), nothing decoded.
    A block's figure is the client process's CPU (``time.process_time``: every thread, so the recorder's
    writer too; each block ends with ``Recorder.flush()``, so its rows are on disk inside it) and the wall
    time, over its turns. Outside every block: the servers' CPU (other processes), the episode's own ORS
@@ -278,19 +282,33 @@ class BenchAgent:
     def clients(self, episode: Any) -> dict[tuple[str, str], Any]:
         import anthropic
         import httpx
+        import httpx2
         import openai
 
-        base = {"openai": self.llm_url + "/v1", "anthropic": self.llm_url}
+        from ors_lab.client import AiohttpTransport, ExchangeTap, RecordingTransport
+
+        def unrecorded() -> httpx2.AsyncClient:  # llm_client()'s wire and options, with nothing decoded or recorded
+            return httpx2.AsyncClient(transport=AiohttpTransport(), timeout=600.0, follow_redirects=True)
+
+        def tap(request: httpx2.Request) -> ExchangeTap:  # llm_client()'s tap
+            return ExchangeTap(episode.events, session_id=episode.session.sid, rollout=episode.rollout, agent=True)
+
+        def tapped() -> httpx2.AsyncClient:  # llm_client()'s wire and recording, with nothing decoded
+            return httpx2.AsyncClient(transport=RecordingTransport(tap), timeout=600.0, follow_redirects=True)
+
+        chat = {"base_url": self.llm_url + "/v1", "api_key": KEY, "max_retries": 0}
+        claude = {"base_url": self.llm_url, "api_key": KEY, "max_retries": 0}
         return {
-            ("openai", "llm_client"): openai.AsyncOpenAI(base_url=base["openai"], api_key=KEY, max_retries=0,
-                                                         http_client=episode.llm_client()),
-            ("openai", "plain"): openai.AsyncOpenAI(base_url=base["openai"], api_key=KEY, max_retries=0,
-                                                    http_client=httpx.AsyncClient(timeout=600)),
-            ("openai", "default"): openai.AsyncOpenAI(base_url=base["openai"], api_key=KEY, max_retries=0),
-            ("anthropic", "llm_client"): anthropic.AsyncAnthropic(base_url=base["anthropic"], api_key=KEY,
-                                                                  max_retries=0, http_client=episode.llm_client()),
-            ("anthropic", "plain"): anthropic.AsyncAnthropic(base_url=base["anthropic"], api_key=KEY, max_retries=0),
-        }  # fmt: skip
+            ("openai", "llm_client"): openai.AsyncOpenAI(**chat, http_client=episode.llm_client()),
+            ("openai", "plain"): openai.AsyncOpenAI(**chat, http_client=httpx.AsyncClient(timeout=600.0)),
+            ("openai", "unrecorded"): openai.AsyncOpenAI(**chat, http_client=unrecorded()),
+            ("openai", "tapped"): openai.AsyncOpenAI(**chat, http_client=tapped()),
+            ("openai", "default"): openai.AsyncOpenAI(**chat),
+            ("anthropic", "llm_client"): anthropic.AsyncAnthropic(**claude, http_client=episode.llm_client()),
+            ("anthropic", "plain"): anthropic.AsyncAnthropic(**claude),
+            ("anthropic", "unrecorded"): anthropic.AsyncAnthropic(**claude, http_client=unrecorded()),
+            ("anthropic", "tapped"): anthropic.AsyncAnthropic(**claude, http_client=tapped()),
+        }
 
     async def one(self, client: Any, fmt: str, size: str) -> None:
         """One turn, read as a user's loop reads it, and checked."""
@@ -369,7 +387,7 @@ class BenchAgent:
 
 
 def _modes(sdk: str) -> list[str]:
-    return ["llm_client", "plain", "default"] if sdk == "openai" else ["llm_client", "plain"]
+    return ["llm_client", "plain", "unrecorded", "tapped", *(["default"] if sdk == "openai" else [])]
 
 
 def _answer(episode: Any) -> str:
@@ -462,16 +480,15 @@ def _run_worker(*args: str) -> dict[str, Any]:
     return result
 
 
+def _ratio(pairs: list[tuple[float, float, float, float]]) -> float:
+    """Pooled: (cpu a summed ÷ turns a summed) ÷ (cpu b summed ÷ turns b summed)."""
+    return (sum(p[0] for p in pairs) / sum(p[1] for p in pairs)) / (sum(p[2] for p in pairs) / sum(p[3] for p in pairs))
+
+
 def _interval(pairs: list[tuple[float, float, float, float]]) -> tuple[float, float]:
     """A bootstrap 95% interval over rounds of the pooled ratio; ``pairs``: (cpu a, turns a, cpu b, turns b)."""
-    rng = random.Random(0)
-    ratios = []
-    for _ in range(BOOTSTRAP):
-        sample = rng.choices(pairs, k=len(pairs))
-        a = sum(p[0] for p in sample) / sum(p[1] for p in sample)
-        b = sum(p[2] for p in sample) / sum(p[3] for p in sample)
-        ratios.append(a / b)
-    ratios.sort()
+    rng = random.Random(0)  # the same interval for the same rounds
+    ratios = sorted(_ratio(rng.choices(pairs, k=len(pairs))) for _ in range(BOOTSTRAP))
     return ratios[int(0.025 * BOOTSTRAP)], ratios[int(0.975 * BOOTSTRAP) - 1]
 
 
@@ -494,12 +511,25 @@ def decode_table(results: dict[str, list[dict[str, Any]]]) -> None:
                   f"{r['held_bytes'] / 1000:,.0f} KB ({r['held_blocks']:,}) |")  # fmt: skip
 
 
+def _pooled_ratio(mine: list[dict[str, Any]], mode: str, base: str) -> tuple[float, float, float]:
+    """``mode``'s CPU per turn ÷ ``base``'s, pooled over every round, with a bootstrap 95% interval over rounds."""
+    pairs = []
+    for key in sorted({(b["run"], b["round"]) for b in mine}):
+        a = [b for b in mine if (b["run"], b["round"]) == key and b["mode"] == mode]
+        p = [b for b in mine if (b["run"], b["round"]) == key and b["mode"] == base]
+        pairs.append((sum(b["cpu_s"] for b in a), sum(b["turns"] for b in a), sum(b["cpu_s"] for b in p),
+                      sum(b["turns"] for b in p)))  # fmt: skip
+    return (_ratio(pairs), *_interval(pairs))
+
+
 def client_table(results: dict[str, list[dict[str, Any]]]) -> bool:
     """Print part 2's table and verdicts; True when every case met the target."""
     met = True
-    print("\n### An SDK's streamed turn: llm_client() against a plain client (client process CPU; pooled)\n")
-    print("| checkout | SDK | turn | mode | CPU ms per turn | wall ms per turn | CPU ÷ plain (95% interval) |")
-    print("|---|---|---|---|---:|---:|---:|")
+    print("\n### An SDK's streamed turn: llm_client() against a plain client (client process CPU ms per turn, pooled; "
+          "ratios with a 95% interval over rounds)\n")  # fmt: skip
+    print("| checkout | SDK, turn | llm_client | plain | default | unrecorded | tapped | wall ms, llm_client / plain "
+          "| **llm_client ÷ plain** | llm_client ÷ unrecorded | tapped ÷ unrecorded | rounds |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     verdicts = []
     for name, runs in results.items():
         blocks = [b | {"run": i} for i, run in enumerate(runs) for b in run["blocks"]]
@@ -507,35 +537,31 @@ def client_table(results: dict[str, list[dict[str, Any]]]) -> bool:
             for size in ("typical", "reasoning"):
                 mine = [b for b in blocks if (b["sdk"], b["format"], b["size"]) == (sdk, fmt, size)]
 
-                def pooled(mode: str, key: str, mine: list[dict[str, Any]] = mine) -> float:
+                def per_turn(mode: str, key: str = "cpu_s", mine: list[dict[str, Any]] = mine) -> str:
                     chosen = [b for b in mine if b["mode"] == mode]
-                    return 1e3 * sum(b[key] for b in chosen) / sum(b["turns"] for b in chosen)
+                    if not chosen:
+                        return "–"
+                    return f"{1e3 * sum(b[key] for b in chosen) / sum(b['turns'] for b in chosen):.2f}"
 
-                for mode in _modes(sdk):
-                    ratio = ""
-                    if mode != "plain":
-                        pairs = []
-                        for key in sorted({(b["run"], b["round"]) for b in mine}):
-                            a = [b for b in mine if (b["run"], b["round"]) == key and b["mode"] == mode]
-                            p = [b for b in mine if (b["run"], b["round"]) == key and b["mode"] == "plain"]
-                            pairs.append((sum(b["cpu_s"] for b in a), sum(b["turns"] for b in a),
-                                          sum(b["cpu_s"] for b in p), sum(b["turns"] for b in p)))  # fmt: skip
-                        value = pooled(mode, "cpu_s") / pooled("plain", "cpu_s")
-                        low, high = _interval(pairs)
-                        ratio = f"{value:.2f} ({low:.2f}-{high:.2f})"
-                        if mode == "llm_client":
-                            ok = value <= TARGET
-                            met &= ok
-                            verdicts.append(f"{name}, {sdk} {fmt} {size}: llm_client CPU per turn ÷ plain {value:.2f} "
-                                            f"(95% interval {low:.2f}-{high:.2f}; target <= {TARGET}): "
-                                            f"{'met' if ok else 'MISSED'}")  # fmt: skip
-                    print(f"| {name} | {sdk} | {fmt} {size} | {mode} | {pooled(mode, 'cpu_s'):.2f} | "
-                          f"{pooled(mode, 'wall_s'):.2f} | {ratio} |")  # fmt: skip
+                value, low, high = _pooled_ratio(mine, "llm_client", "plain")
+                own, own_low, own_high = _pooled_ratio(mine, "llm_client", "unrecorded")
+                tapped, tap_low, tap_high = _pooled_ratio(mine, "tapped", "unrecorded")
+                rounds = len({(b["run"], b["round"]) for b in mine})
+                print(f"| {name} | {sdk} {fmt}, {size} | {per_turn('llm_client')} | {per_turn('plain')} | "
+                      f"{per_turn('default')} | {per_turn('unrecorded')} | {per_turn('tapped')} | "
+                      f"{per_turn('llm_client', 'wall_s')} / {per_turn('plain', 'wall_s')} | **{value:.2f}** "
+                      f"({low:.2f}-{high:.2f}) | {own:.2f} ({own_low:.2f}-{own_high:.2f}) | {tapped:.2f} "
+                      f"({tap_low:.2f}-{tap_high:.2f}) | {rounds} |")  # fmt: skip
+                ok = value <= TARGET
+                met &= ok
+                verdict = "met" if ok else "MISSED"
+                verdicts.append(f"{name}, {sdk} {fmt} {size}: llm_client CPU per turn ÷ plain {value:.2f} (95% "
+                                f"interval {low:.2f}-{high:.2f}; target <= {TARGET}): {verdict}")  # fmt: skip
     print()
     for line in verdicts:
         print(line)
     for name, runs in results.items():
-        rows = {}
+        rows: dict[str, int] = {}
         for run in runs:
             for kind, count in run["rows"].items():
                 rows[kind] = rows.get(kind, 0) + count
