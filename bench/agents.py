@@ -1,6 +1,6 @@
 """The agent side of an LLM turn: decoding and events per wire format, and ``llm_client()`` against a plain client.
 
-    .venv/bin/python bench/agents.py                  # 2 runs of 8 rounds: about 6 minutes
+    .venv/bin/python bench/agents.py                  # 2 runs of 8 rounds: about 8 minutes
     .venv/bin/python bench/agents.py --quick          # 1 short round: a smoke test
     .venv/bin/python bench/agents.py --only decode    # part 1 alone (or --only client)
     .venv/bin/python bench/agents.py --profile        # where an llm_client() turn's CPU goes, by module
@@ -13,15 +13,15 @@ Messages, OpenAI Responses) framed and chunked as the provider fixtures of ``tes
 short one (text and a tool call) and a 100 KB one (reasoning first).
 
 1. **Decoding plus events.** A worker (a fresh interpreter; ``--baseline``: one per checkout, in turns)
-   feeds each turn, one SSE event a network read (as a live model's answer arrives), to ``Turn`` (the one
-   mapping of ``ors_lab/agents/turn.py``, with the format's decoder) of a real ``Episode``, whose events go
-   to an ``EventStream`` with a ``Recorder`` subscribed (required, inline, as in a run). Per turn: the CPU
-   of the feeding thread (``time.thread_time``: decoding, events, the recorder's inline ``record``), and
-   of the process once the recorder's writer put the rows on disk (``flush()``; ``time.process_time``);
-   per KB of the wire; the agent events made; and, as machine-independent figures, the Python calls
-   (cProfile) and tracemalloc's Python memory: the peak above the start within the turn and the blocks
-   still held after it (the recorder's rows, waiting for their part; tracemalloc cannot count what was
-   allocated and freed again).
+   runs ``--rounds`` batches of each turn (the turns in turns within a round). A batch feeds each turn, one
+   SSE event a network read (as a live model's answer arrives), to ``Turn`` (the one mapping of
+   ``ors_lab/agents/turn.py``, with the format's decoder) of a real ``Episode``, whose events go to an
+   ``EventStream`` with a ``Recorder`` subscribed (required, inline, as in a run). Per turn: the CPU of the
+   feeding thread (``time.thread_time``: decoding, events, the recorder's inline ``record``), and of the
+   process once the recorder's writer put the rows on disk (``flush()``; ``time.process_time``); per KB of
+   the wire; the agent events made; and, as machine-independent figures, the Python calls (cProfile) and
+   tracemalloc's Python memory: the peak above the start within the turn and the blocks still held after it
+   (the recorder's rows, waiting for their part; tracemalloc cannot count what was allocated and freed again).
 2. **``llm_client()`` against a plain client.** A server in a process of its own on 127.0.0.1 (``--serve``)
    answers ``POST /v1/chat/completions``, ``/v1/messages`` and ``/v1/responses`` with those turns, kept
    alive, each SSE event its own HTTP chunk, flushed, ``PACE`` apart (so that each arrives in a read of
@@ -78,6 +78,14 @@ KEY = "sk-bench-agents"
 CASES = (("openai", "chat"), ("anthropic", "messages"), ("openai", "responses"))
 DECODE_TURNS = {"typical": 1_500, "reasoning": 60}  # turns per batch of part 1 (about 0.3 s)
 CLIENT_TURNS = {"typical": 40, "reasoning": 3}  # turns per block of part 2
+
+
+def _ours(root: str) -> None:
+    """Put the ``ors_lab`` of checkout ``root`` first on the path, and check it is the one imported."""
+    sys.path.insert(0, root)
+    import ors_lab
+
+    assert Path(ors_lab.__file__).resolve().is_relative_to(Path(root).resolve()), ors_lab.__file__
 
 
 def _turns_module() -> Any:
@@ -144,7 +152,7 @@ def serve(pace: float) -> None:
 def decode_worker(root: str, rounds: int, quick: bool) -> dict[str, Any]:
     """Part 1 with the ``ors_lab`` of ``root``: per format and size, ``rounds`` batches of turns (the cases in turns
     within a round), then one turn's events, Python calls and memory."""
-    sys.path.insert(0, root)
+    _ours(root)
     turns = _turns_module()
     folder = Path(tempfile.mkdtemp(prefix="bench-agents-"))
     cases = {f"{fmt}/{size}": (fmt, size) for fmt in turns.FORMATS for size in turns.SIZES}
@@ -323,8 +331,9 @@ class BenchAgent:
                 for choice in chunk.choices:
                     text += choice.delta.content or ""
                     for call in choice.delta.tool_calls or []:
-                        name += call.function.name or "" if call.function else ""
-                        arguments += call.function.arguments or "" if call.function else ""
+                        if call.function is not None:
+                            name += call.function.name or ""
+                            arguments += call.function.arguments or ""
         elif fmt == "messages":
             tools = [{"name": "get_weather", "input_schema": schema}]
             async with client.messages.stream(model=model, max_tokens=1024, messages=messages, tools=tools) as stream:
@@ -398,7 +407,7 @@ def _answer(episode: Any) -> str:
 
 def client_worker(root: str, llm_url: str, ors_url: str, rounds: int, quick: bool, profile: bool) -> dict[str, Any]:
     """Part 2 with the ``ors_lab`` of ``root``: one recorded evaluation whose one episode reads every block."""
-    sys.path.insert(0, root)
+    _ours(root)
     import ors_lab as ol
     from bench.quiz_data import SPLIT
 
@@ -565,10 +574,11 @@ def client_table(results: dict[str, list[dict[str, Any]]]) -> bool:
         for run in runs:
             for kind, count in run["rows"].items():
                 rows[kind] = rows.get(kind, 0) + count
-        turns = sum(b["turns"] for run in runs for b in run["blocks"] if b["mode"] == "llm_client")
-        print(f"{name}: the llm_client() turns' reads per SSE event (the trace's agent-layer chunk ÷ event rows): "
+        turns = sum(b["turns"] for run in runs for b in run["blocks"] if b["mode"] in ("llm_client", "tapped"))
+        by_kind = dict(sorted(rows.items(), key=lambda kv: -kv[1]))
+        print(f"{name}: reads per SSE event of the recorded turns (the trace's agent-layer chunk ÷ event rows): "
               f"{rows.get('chunk', 0) / max(1, rows.get('event', 0)):.3f}; agent-layer rows by kind over "
-              f"{turns:,} timed turns (and the warm-up's): {dict(sorted(rows.items(), key=lambda kv: -kv[1]))}")
+              f"{turns:,} timed turns of llm_client and tapped (and their warm-up's): {by_kind}")  # fmt: skip
     return met
 
 
