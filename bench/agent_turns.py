@@ -15,7 +15,7 @@ Each event's JSON carries the fields the fixture's events carry, compact, non-AS
 cut as the fixtures' providers cut them: OpenAI-style token pieces (whole words of at most 6 characters,
 longer words in pieces; the fixtures' average 3-5 characters) for chat completions and Responses; Claude's
 thinking and text in runs of whole words up to 32 characters, and its tool input in pieces of 10 (the
-fixtures' 9-77 and 4-10). The short turn is 1.7 KB as Messages, 5.9 KB as chat completions (each token a
+fixtures' 9-77 and 4-10). The short turn is 1.7 KB as Messages, 5.8 KB as chat completions (each token a
 chunk of about 320 bytes) and 9.6 KB as Responses (whose first, second and last events carry the whole
 response object). ``expected(fmt, size)`` is what a decoder must read in it.
 """

@@ -1,6 +1,6 @@
 """The agent side of an LLM turn: decoding and events per wire format, and ``llm_client()`` against a plain client.
 
-    .venv/bin/python bench/agents.py                  # 2 runs of 8 rounds: about 8 minutes
+    .venv/bin/python bench/agents.py                  # 2 runs of 8 rounds: 8-10 minutes
     .venv/bin/python bench/agents.py --quick          # 1 short round: a smoke test
     .venv/bin/python bench/agents.py --only decode    # part 1 alone (or --only client)
     .venv/bin/python bench/agents.py --profile        # where an llm_client() turn's CPU goes, by module
