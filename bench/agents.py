@@ -57,6 +57,7 @@ import gc
 import importlib.util
 import json
 import random
+import shutil
 import socket
 import socketserver
 import subprocess
@@ -169,6 +170,7 @@ def decode_worker(root: str, rounds: int, quick: bool) -> dict[str, Any]:
     for case, (fmt, size) in cases.items():
         timed[case].recorder.close()
         results[case] |= _one_turn(turns, fmt, size, folder)
+    shutil.rmtree(folder)
     return results
 
 
@@ -422,6 +424,7 @@ def client_worker(root: str, llm_url: str, ors_url: str, rounds: int, quick: boo
         raise SystemExit(f"the episode went wrong:\n{episodes.to_string()}")
     events = ol.load_trace(folder / "run.parquet").events
     kinds = events[events["layer"] == "agent"]["kind"].value_counts().to_dict()
+    shutil.rmtree(folder)
     out: dict[str, Any] = {"blocks": agent.blocks, "rows": {k: int(v) for k, v in kinds.items()}}
     if profile:
         out["profile"] = {case: _by_area(p, agent.blocks, case) for case, p in agent.profiles.items()}
@@ -564,7 +567,7 @@ def client_table(results: dict[str, list[dict[str, Any]]]) -> bool:
                 ok = value <= TARGET
                 met &= ok
                 verdict = "met" if ok else "MISSED"
-                verdicts.append(f"{name}, {sdk} {fmt} {size}: llm_client CPU per turn ÷ plain {value:.2f} (95% "
+                verdicts.append(f"{name}, {sdk} {fmt} {size}: llm_client CPU per turn ÷ plain {value:.3f} (95% "
                                 f"interval {low:.2f}-{high:.2f}; target <= {TARGET}): {verdict}")  # fmt: skip
     print()
     for line in verdicts:
