@@ -124,7 +124,7 @@ class AsyncClient(_Caller):
         for name in ("accept", "accept-encoding", "connection"):  # HTTP/1.1 defaults: fewer bytes to parse
             if name not in {key.lower() for key in default_headers}:
                 del self._http.headers[name]
-        self._base_headers = self._http.headers.multi_items()  # decoded once, not per request
+        self._base_raw = list(self._http.headers.raw)  # encoded once, as httpx2 encodes them, not per request
         self.events = EventStream()
         self.recorder = recorder
         if recorder is not None:
