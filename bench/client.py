@@ -235,14 +235,18 @@ async def run_batch(
 
 @contextlib.contextmanager
 def count_requests() -> Iterator[Counter[str]]:
-    """Count every HTTP request aiohttp sends (redirect hops included), by method and path.
+    """Count every HTTP request sent (redirect hops included), by method and path: through aiohttp (the official
+    clients) and through ors_lab's own wire (``WireTransport``).
 
     The key NEW_CONNECTIONS counts the TCP connections opened (keep-alive reuse makes it small).
     """
     from aiohttp import TCPConnector, client_reqrep
 
+    from ors_lab.client.wire import WireTransport
+
     counts: Counter[str] = Counter()
     original_send, original_connect = client_reqrep.ClientRequest.send, TCPConnector._create_connection
+    original_handle, original_wire_connect = WireTransport.handle_async_request, WireTransport._connect
 
     async def send(self: Any, conn: Any) -> Any:
         counts[f"{self.method} {self.url.path}"] += 1
@@ -252,13 +256,25 @@ def count_requests() -> Iterator[Counter[str]]:
         counts[NEW_CONNECTIONS] += 1
         return await original_connect(self, *args, **kwargs)
 
+    async def handle(self: Any, request: Any) -> Any:
+        counts[f"{request.method} {request.url.path}"] += 1
+        return await original_handle(self, request)
+
+    async def wire_connect(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counts[NEW_CONNECTIONS] += 1
+        return await original_wire_connect(self, *args, **kwargs)
+
     client_reqrep.ClientRequest.send = send  # type: ignore[method-assign]
     TCPConnector._create_connection = create_connection  # type: ignore[method-assign]
+    WireTransport.handle_async_request = handle  # type: ignore[method-assign]
+    WireTransport._connect = wire_connect  # type: ignore[method-assign]
     try:
         yield counts
     finally:
         client_reqrep.ClientRequest.send = original_send  # type: ignore[method-assign]
         TCPConnector._create_connection = original_connect  # type: ignore[method-assign]
+        WireTransport.handle_async_request = original_handle  # type: ignore[method-assign]
+        WireTransport._connect = original_wire_connect  # type: ignore[method-assign]
 
 
 def machine_busy_s() -> float:
