@@ -69,7 +69,8 @@ class Answer:
 
     async def run(self, episode: Any) -> None:
         result = await episode.call("answer", {"answer": expected_answer(episode.index)})
-        assert result.reward == 1.0 and result.finished, result
+        assert result.reward == 1.0, result
+        assert result.finished, result
 
 
 def thread_cpu_s(name: str) -> float:
@@ -118,7 +119,8 @@ async def bare(url: str, episodes: int, first: int) -> None:
                 await session.prompt()
                 await session.tools()
                 result = await session.call("answer", {"answer": expected_answer(i % len(TASKS))})
-                assert result.reward == 1.0 and result.finished, result
+                assert result.reward == 1.0, result
+                assert result.finished, result
 
         await asyncio.gather(*(one(i) for i in range(first, first + episodes)))
 
@@ -132,15 +134,28 @@ def run_mode(mode: str, url: str, episodes: int, path: str | None) -> None:
         asyncio.run(bare(url, episodes, 0))
     elif mode == "sync":
         with ol.Client(url) as client:
-            ol.evaluate(client.environment("quiz"), Answer(), split=SPLIT, rollouts=rollouts, concurrency=CONCURRENCY,
-                        record=path, progress=False)  # fmt: skip
+            ol.evaluate(
+                client.environment("quiz"),
+                Answer(),
+                split=SPLIT,
+                rollouts=rollouts,
+                concurrency=CONCURRENCY,
+                record=path,
+                progress=False,
+            )
     else:
 
         async def go() -> None:
             async with ol.AsyncClient(url) as client:
-                await ol.aevaluate(client.environment("quiz"), Answer(), split=SPLIT, rollouts=rollouts,
-                                   concurrency=CONCURRENCY, record=path if mode == "recorded" else None,
-                                   progress=False)  # fmt: skip
+                await ol.aevaluate(
+                    client.environment("quiz"),
+                    Answer(),
+                    split=SPLIT,
+                    rollouts=rollouts,
+                    concurrency=CONCURRENCY,
+                    record=path if mode == "recorded" else None,
+                    progress=False,
+                )
 
         asyncio.run(go())
 
@@ -156,10 +171,17 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     with WriterClock() as writer:
         run_mode(args.worker, args.url, args.episodes, str(folder / "run.parquet") if recorded else None)
     server1, cpu1, wall1 = process_cpu_s(args.server_pid), time.process_time(), time.perf_counter()
-    assert server0 is not None and server1 is not None
-    return {"mode": args.worker, "episodes": args.episodes, "cpu_ms": 1000 * (cpu1 - cpu0) / args.episodes,
-            "writer_ms": 1000 * writer.seconds / args.episodes, "server_ms": 1000 * (server1 - server0) / args.episodes,
-            "eps": args.episodes / (wall1 - wall0), "requests": requests}  # fmt: skip
+    assert server0 is not None
+    assert server1 is not None
+    return {
+        "mode": args.worker,
+        "episodes": args.episodes,
+        "cpu_ms": 1000 * (cpu1 - cpu0) / args.episodes,
+        "writer_ms": 1000 * writer.seconds / args.episodes,
+        "server_ms": 1000 * (server1 - server0) / args.episodes,
+        "eps": args.episodes / (wall1 - wall0),
+        "requests": requests,
+    }
 
 
 def start_worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -205,42 +227,64 @@ def benchmark(args: argparse.Namespace) -> int:
         with serve("bench.quiz_env:ENVIRONMENTS", sdk="ors-sdk") as server:
             for mode in order:
                 load_now()
-                result = spawn("--worker", mode, "--url", server.url, "--server-pid", str(server.pid),
-                               "--episodes", str(episodes))  # fmt: skip
+                result = spawn(
+                    "--worker", mode, "--url", server.url, "--server-pid", str(server.pid), "--episodes", str(episodes)
+                )
                 result["round"] = round_
                 results.append(result)
-                print(f"round {round_ + 1} {mode:9s} ours {result['cpu_ms']:.3f} ms/ep (writer {result['writer_ms']:.3f})"
-                      f"  server {result['server_ms']:.3f} ms/ep  {result['eps']:.0f} ep/s  "
-                      f"{result['requests']:.1f} requests/ep", flush=True)  # fmt: skip
+                print(
+                    f"round {round_ + 1} {mode:9s} ours {result['cpu_ms']:.3f} ms/ep (writer {result['writer_ms']:.3f})"
+                    f"  server {result['server_ms']:.3f} ms/ep  {result['eps']:.0f} ep/s  "
+                    f"{result['requests']:.1f} requests/ep",
+                    flush=True,
+                )
     with serve("bench.quiz_env:ENVIRONMENTS", sdk="ors-sdk") as server:
         start_ms = [spawn("--start", "--url", server.url)["start_ms"] for _ in range(starts)]
     by_mode: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in results:
         by_mode[result["mode"]].append(result)
-    print("\n| mode | CPU ms/episode (ours, all threads) | of it, the writer thread | server CPU ms/episode | ours ÷ server "
-          "(rounds) | episodes/s | HTTP requests/episode |")  # fmt: skip
+    print(
+        "\n| mode | CPU ms/episode (ours, all threads) | of it, the writer thread | server CPU ms/episode "
+        "| ours ÷ server (rounds) | episodes/s | HTTP requests/episode |"
+    )
     print("|---|---:|---:|---:|---|---:|---:|")
     for mode in MODES:
         rows = by_mode[mode]
         ratios = [r["cpu_ms"] / r["server_ms"] for r in rows]
-        print(f"| {mode} | {statistics.median(r['cpu_ms'] for r in rows):.3f} | "
-              f"{statistics.median(r['writer_ms'] for r in rows):.3f} | {statistics.median(r['server_ms'] for r in rows):.3f}"
-              f" | {statistics.median(ratios):.3f} ({interval(ratios)}) | {statistics.median(r['eps'] for r in rows):.0f} | "
-              f"{statistics.median(r['requests'] for r in rows):.1f} |")  # fmt: skip
+        cpu, writer, server = (
+            statistics.median(r[name] for r in rows) for name in ("cpu_ms", "writer_ms", "server_ms")
+        )
+        print(
+            f"| {mode} | {cpu:.3f} | {writer:.3f} | {server:.3f}"
+            f" | {statistics.median(ratios):.3f} ({interval(ratios)}) | {statistics.median(r['eps'] for r in rows):.0f}"
+            f" | {statistics.median(r['requests'] for r in rows):.1f} |"
+        )
     ratio = statistics.median(r["cpu_ms"] / r["server_ms"] for r in by_mode["recorded"])
     start = statistics.median(start_ms)
-    print(f"\nstart-up: first agent call {start:.0f} ms after evaluate() (median of {len(start_ms)}; "
-          f"{min(start_ms):.0f}-{max(start_ms):.0f})")  # fmt: skip
-    verdicts = [(f"recorded evaluate, ours ÷ server CPU per episode <= {RATIO_TARGET}", ratio <= RATIO_TARGET, f"{ratio:.3f}"),
-                (f"first agent call after evaluate() <= {START_TARGET_MS:.0f} ms", start <= START_TARGET_MS, f"{start:.0f} ms")]  # fmt: skip
+    print(
+        f"\nstart-up: first agent call {start:.0f} ms after evaluate() (median of {len(start_ms)}; "
+        f"{min(start_ms):.0f}-{max(start_ms):.0f})"
+    )
+    verdicts = [
+        (f"recorded evaluate, ours ÷ server CPU per episode <= {RATIO_TARGET}", ratio <= RATIO_TARGET, f"{ratio:.3f}"),
+        (f"first agent call after evaluate() <= {START_TARGET_MS:.0f} ms", start <= START_TARGET_MS, f"{start:.0f} ms"),
+    ]
     for name, met, figure in verdicts:
         print(f"{'met' if met else 'MISSED'}: {name}: {figure}")
     return 1 if args.check and not all(met for _, met, _ in verdicts) else 0
 
 
-PARTS = (("ors_lab/client", "client"), ("ors_lab/protocol", "client"), ("ors_lab/events", "events"),
-         ("ors_lab/transcript", "events"), ("ors_lab/evaluation", "evaluator"), ("ors_lab/agents", "evaluator"),
-         ("ors_lab/analysis", "evaluator"), ("ors_lab/viewer", "evaluator"), ("ors_lab/recording", "recorder"))  # fmt: skip
+PARTS = (
+    ("ors_lab/client", "client"),
+    ("ors_lab/protocol", "client"),
+    ("ors_lab/events", "events"),
+    ("ors_lab/transcript", "events"),
+    ("ors_lab/evaluation", "evaluator"),
+    ("ors_lab/agents", "evaluator"),
+    ("ors_lab/analysis", "evaluator"),
+    ("ors_lab/viewer", "evaluator"),
+    ("ors_lab/recording", "recorder"),
+)
 
 
 def part_of(file: str) -> str:
@@ -258,8 +302,9 @@ def profile(args: argparse.Namespace) -> int:
     from ors_lab.demo.launch import serve
 
     with serve("bench.quiz_env:ENVIRONMENTS", sdk="ors-sdk") as server:
-        plain = spawn("--worker", "recorded", "--url", server.url, "--server-pid", str(server.pid),
-                      "--episodes", str(EPISODES))  # fmt: skip
+        plain = spawn(
+            "--worker", "recorded", "--url", server.url, "--server-pid", str(server.pid), "--episodes", str(EPISODES)
+        )
         folder = Path(tempfile.mkdtemp(prefix="ors-lab-prof-"))
         run_mode("recorded", server.url, WARMUP, str(folder / "warm.parquet"))
         profiler = cProfile.Profile(time.thread_time)  # the main thread's CPU, not the wall clock (a blocked send)
@@ -273,8 +318,10 @@ def profile(args: argparse.Namespace) -> int:
         parts[part_of(file)] += own
     total = sum(parts.values())
     main_ms = plain["cpu_ms"] - plain["writer_ms"]
-    print(f"recorded harness: {plain['cpu_ms']:.3f} ms/ep of CPU, {plain['writer_ms']:.3f} of it the writer thread "
-          f"(profiled run: {1000 * writer.seconds / EPISODES:.3f}); the main thread's {main_ms:.3f} ms split by cProfile:")  # fmt: skip
+    print(
+        f"recorded harness: {plain['cpu_ms']:.3f} ms/ep of CPU, {plain['writer_ms']:.3f} of it the writer thread "
+        f"(profiled run: {1000 * writer.seconds / EPISODES:.3f}); the main thread's {main_ms:.3f} ms split by cProfile:"
+    )
     print("\n| part | CPU ms/episode | share |\n|---|---:|---:|")
     for part, own in parts.most_common():
         print(f"| {part} | {main_ms * own / total:.3f} | {100 * own / total:.0f}% |")

@@ -63,7 +63,7 @@ def template() -> pa.Table:
     """The ORS rows and the evaluation's start, finish and episode rows of the recorded run, seq from 0, in this
     schema version (as ``load_trace`` reads it: an older trace's episode columns read from its records)."""
     import ors_lab as ol
-    from ors_lab.recording.schema import METADATA_SCHEMA_VERSION, SCHEMA_VERSION
+    from ors_lab.recording.columns import METADATA_SCHEMA_VERSION, SCHEMA_VERSION
 
     table = ol.load_trace(SOURCE).table
     table = table.replace_schema_metadata({**table.schema.metadata, METADATA_SCHEMA_VERSION: SCHEMA_VERSION.encode()})
@@ -133,7 +133,7 @@ def write_trace(episodes: int, path: Path, shift: int = 0) -> Path:
 
 def trace_path(episodes: int) -> Path:
     """The cached trace of ``episodes`` episodes, written first if missing."""
-    from ors_lab.recording.schema import SCHEMA_VERSION
+    from ors_lab.recording.columns import SCHEMA_VERSION
 
     path = CACHE / f"episodes-{episodes}-v{SCHEMA_VERSION}.parquet"
     return path if path.is_file() else write_trace(episodes, path)

@@ -16,7 +16,8 @@ import pyarrow.compute as pc
 
 from ors_lab.analysis.frames.columns import _I64, _STR, _WALL, SESSIONS_COLUMNS, TOKENS
 from ors_lab.analysis.frames.source import _SID, Source, _at, _codes, _ends, _pieces, _table
-from ors_lab.recording.schema import EPISODE_COLUMNS, SCHEMA, kind_mask
+from ors_lab.recording.columns import EPISODE_COLUMNS
+from ors_lab.recording.schema import SCHEMA, kind_mask
 
 __all__: list[str] = []
 

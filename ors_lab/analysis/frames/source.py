@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ors_lab.recording.parts import select_rows
+from ors_lab.recording.reading import select_rows
 
 __all__ = ["RowReader", "Source"]
 
