@@ -20,7 +20,7 @@ made of three layers:
 - ``ors_lab.client.RecordingTransport`` (its sync twin ``SyncRecordingTransport``) taps every
   exchange onto the episode's stream as layer ``agent``, so it goes into the run's trace (secrets
   redacted by the recorder) and ``ors_lab.replay.AgentReplayTransport`` can serve it back.
-- the wire: aiohttp (``httpx2.HTTPTransport`` for the sync client), or the evaluation's
+- the wire: ``ors_lab.client.WireTransport`` (``httpx2.HTTPTransport`` for the sync client), or the evaluation's
   ``llm_replay`` transport, which answers from a trace with no server and no key.
 
 Events are published on the episode's own thread: a sync client used from another thread
@@ -102,6 +102,9 @@ class _Stream:
 
     def publish(self, event: Any) -> None:
         self._on_loop.call(self._events.publish, event)
+
+    def wanted(self) -> frozenset[str] | None:
+        return self._events.wanted()
 
 
 class _Call:
@@ -428,7 +431,7 @@ def _loop() -> asyncio.AbstractEventLoop | None:
 
 def async_llm_client(episode: Episode, inner: httpx2.AsyncBaseTransport | None, **kwargs: Any) -> httpx2.AsyncClient:
     """``Episode.llm_client()``: an ``httpx2.AsyncClient`` whose traffic is decoded and recorded into the
-    episode (``inner``: the wire, or a replay; None: aiohttp). ``kwargs`` go to ``httpx2.AsyncClient``."""
+    episode (``inner``: the wire, or a replay; None: ``WireTransport``). ``kwargs`` go to ``httpx2.AsyncClient``."""
     on_loop = _OnLoop(episode, None)
     recording = RecordingTransport(_tap_for(episode, episode.events), inner)
     kwargs.setdefault("timeout", 600.0)

@@ -95,7 +95,7 @@ class AsyncClient(_Caller):
         if transport is not None and connections != DEFAULT_CONNECTIONS:
             raise ValueError(
                 "connections= bounds the default transport; with transport= bound that transport instead "
-                "(AiohttpTransport(connections=...)), or leave transport= out"
+                "(WireTransport(connections=...)), or leave transport= out"
             )
         default_headers = {"User-Agent": USER_AGENT}
         api_key = api_key if api_key is not None else os.environ.get("ORS_API_KEY")

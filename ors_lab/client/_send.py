@@ -20,7 +20,7 @@ import httpx2
 from ors_lab.client._guard import _Closable, _ExitGuard
 from ors_lab.client.policy import BEFORE_SENDING, RetryPolicy, is_starting
 from ors_lab.client.tap import ExchangeTap, describe_error, is_event_stream, unreachable
-from ors_lab.client.transport import QUEUED
+from ors_lab.client.wire import QUEUED
 from ors_lab.events import EventStream, RetryEvent
 from ors_lab.protocol.answers import decode, server_error
 from ors_lab.protocol.call import CallAssembler

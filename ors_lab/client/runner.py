@@ -18,7 +18,7 @@ its cleanup runs as a cancelled task's does (sessions deleted, a trace closed), 
 cut it short (``CLEANUP_TIMEOUT`` bounds the wait), then a bare ``KeyboardInterrupt`` is raised from
 ``run``. For the call's duration a handler of ours takes SIGINT (on the main thread; in a script only
 in place of Python's default one), so the signal never raises inside whatever code happens to run:
-on Jupyter's loop, the library's, aiohttp's or the kernel's own tasks (which could kill the kernel);
+on Jupyter's loop, the library's, the HTTP connections' or the kernel's own tasks (which could kill the kernel);
 in a script, a finalizer that a garbage collection runs in the main thread as the call starts, where
 Python swallows the ``KeyboardInterrupt`` ("Exception ignored in ...") and the call went on to its end.
 The script's wait also wakes every ``WAKE_EVERY`` seconds: a signal that arrives just as the main
@@ -61,7 +61,7 @@ ENDING_TIMEOUT = 5.0
 
 class _SigintCancels:
     """While a nested run lasts, Ctrl-C cancels its task instead of raising ``KeyboardInterrupt`` wherever
-    the loop happens to stand (inside aiohttp, inside the kernel's own tasks: that is what killed kernels).
+    the loop happens to stand (inside the HTTP connections, inside the kernel's own tasks: that is what killed kernels).
 
     The first SIGINT schedules the cancel; later ones are ignored (the cleanup is bounded), unless the
     loop has still not run the cancel ``BLOCKED_AFTER`` seconds after the first: then synchronous code

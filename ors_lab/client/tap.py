@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx2
 
-from ors_lab.client.transport import AiohttpTransport
+from ors_lab.client.wire import WireTransport
 from ors_lab.events import (
     ChunkEvent,
     CommentEvent,
@@ -235,7 +235,7 @@ class RecordingTransport(httpx2.AsyncBaseTransport):
     def __init__(self, tap_for: TapFor, inner: httpx2.AsyncBaseTransport | None = None) -> None:
         self.tap_for = tap_for
         self._owns_inner = inner is None
-        self.inner = inner if inner is not None else AiohttpTransport()
+        self.inner = inner if inner is not None else WireTransport()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         tap = self.tap_for(request)

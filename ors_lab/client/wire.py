@@ -7,7 +7,7 @@ the request's bytes and parses the answer's head as it arrives (``bench/README.m
 So the default transport is that connection: an ``asyncio.Protocol`` per TCP connection, kept alive
 and reused, the head parsed in one pass, the body framed by its ``Content-Length`` or its chunks (or
 the connection's end), streamed to the reader as the network delivers it. Bodies pass untouched (no
-decompression; nothing asks for it). TLS is asyncio's (``https`` URLs, the system's certificates).
+decompression; nothing asks for it). TLS is asyncio's, verified as httpx2 verifies it (``https`` URLs).
 
 Connections are bounded: at most ``connections`` per server (``DEFAULT_CONNECTIONS``, 512; None for
 no bound). Each open session would otherwise hold a connection, and so a file descriptor on each
@@ -65,8 +65,8 @@ _NO_BODY = frozenset({204, 304})
 class _Exchange:
     """One request's answer as it arrives on a connection: its head, then its body's pieces."""
 
-    __slots__ = ("_buffer", "_chunk_left", "_trailer", "body", "closed", "encoded", "ended", "error", "head",
-                 "headers", "length", "method", "reason", "state", "status", "unread", "waiter")  # fmt: skip
+    __slots__ = ("_buffer", "_chunk_left", "_trailer", "body", "closed", "encoded", "ended", "error", "events",
+                 "head", "headers", "length", "method", "reason", "state", "status", "unread", "waiter")  # fmt: skip
 
     def __init__(self, method: bytes) -> None:
         self.method = method
@@ -78,6 +78,7 @@ class _Exchange:
         self.headers: list[tuple[bytes, bytes]] = []
         self.closed = False  # the connection may not be reused (Connection: close, a body until the end, HTTP/1.0)
         self.encoded = False  # the body has a Content-Encoding (httpx2 decodes it as it is read)
+        self.events = False  # the body is an event stream (read as a stream, however soon it all came)
         self.length = 0  # of the body left, while framed by Content-Length
         self._chunk_left = -1  # of the chunk being read; -1: its size line comes next
         self._trailer = False
@@ -179,6 +180,8 @@ class _Exchange:
                 length = int(value)
             elif lowered == b"transfer-encoding":
                 chunked = value.lower().endswith(b"chunked")
+            elif lowered == b"content-type":
+                self.events = value.lower().startswith(b"text/event-stream")
             elif lowered == b"content-encoding":
                 self.encoded = value.lower() not in (b"", b"identity")
             elif lowered == b"connection":
@@ -446,8 +449,8 @@ class WireTransport(httpx2.AsyncBaseTransport):
         scheme, host, port = key
         tls: ssl.SSLContext | None = None
         if scheme == b"https":
-            if self._tls is None:
-                self._tls = ssl.create_default_context()
+            if self._tls is None:  # httpx2's: its certificates (certifi's), as any httpx2 client verifies them
+                self._tls = httpx2.create_ssl_context()
             tls = self._tls
         name = host.decode("ascii")
         loop = asyncio.get_running_loop()
@@ -498,7 +501,7 @@ class WireTransport(httpx2.AsyncBaseTransport):
                 raise
             held = False
             stream = _Body(self, connection, exchange, pool, read, request)
-            whole = exchange.ended and exchange.error is None and not exchange.encoded
+            whole = exchange.ended and exchange.error is None and not exchange.encoded and not exchange.events
             if whole:  # the answer came with its head (most do): the connection goes back now
                 body = b"".join(exchange.body)
                 exchange.body.clear()
@@ -528,12 +531,14 @@ class WireTransport(httpx2.AsyncBaseTransport):
 
 def _read(status: int, headers: list[tuple[bytes, bytes]], body: bytes, request: httpx2.Request,
           extensions: dict[str, Any]) -> httpx2.Response:  # fmt: skip
-    """A response whose body is all here, already read: httpx2 would read it again, chunk by chunk through its
-    decoders, for a tenth of a request's cost (its ``content`` is its ``_content``: checked once below)."""
+    """A response whose body is all here, already read (as ``aread()`` leaves one: its stream consumed): httpx2
+    would read it again, chunk by chunk through its decoders, for a tenth of a request's cost (its ``content``
+    is its ``_content``: checked once below). Not for an event stream, which its reader reads as a stream."""
     response = httpx2.Response(status, headers=headers, stream=httpx2.ByteStream(body), request=request,
                                extensions=extensions)  # fmt: skip
     if _PRESET:
         response._content = body
+        response.is_stream_consumed = True
     return response
 
 
