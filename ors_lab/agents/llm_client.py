@@ -36,7 +36,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from functools import partial
 from typing import Any, Protocol, cast
 
-import httpx
 import httpx2
 
 from ors_lab.agents.chat import Answer
@@ -58,7 +57,7 @@ class Episode(Publisher, Protocol):
     llm_reported: list[Any]
 
 
-__all__ = ["DecodingTransport", "HttpxTransport", "SyncDecodingTransport", "async_llm_client", "sync_llm_client"]
+__all__ = ["DecodingTransport", "SyncDecodingTransport", "async_llm_client", "sync_llm_client"]
 
 _SHOWN = 200  # characters of an error body the event quotes
 
@@ -369,48 +368,6 @@ class SyncDecodingTransport(httpx2.BaseTransport):
 
     def close(self) -> None:
         self.inner.close()
-
-
-class _HttpxStream(httpx.AsyncByteStream):
-    def __init__(self, response: httpx2.Response) -> None:
-        self._response = response
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.aiter_raw():
-                yield chunk
-        except httpx2.TimeoutException as exc:
-            raise httpx.ReadTimeout(str(exc)) from exc
-        except httpx2.TransportError as exc:
-            raise httpx.RemoteProtocolError(str(exc)) from exc
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
-
-
-class HttpxTransport(httpx.AsyncBaseTransport):
-    """An ``httpx`` transport over an ``httpx2.AsyncClient``: the same recording for a framework still on httpx."""
-
-    def __init__(self, client: httpx2.AsyncClient) -> None:
-        self._client = client
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        body = await request.aread()
-        twin = self._client.build_request(request.method, str(request.url), headers=request.headers.raw,
-                                          content=body, extensions=request.extensions)  # fmt: skip
-        try:
-            response = await self._client.send(twin, stream=True)
-        except httpx2.ConnectError as exc:
-            raise httpx.ConnectError(str(exc), request=request) from exc
-        except httpx2.TimeoutException as exc:
-            raise httpx.ReadTimeout(str(exc), request=request) from exc
-        except httpx2.TransportError as exc:
-            raise httpx.RemoteProtocolError(str(exc), request=request) from exc
-        return httpx.Response(response.status_code, headers=response.headers.raw, stream=_HttpxStream(response),
-                              request=request)  # fmt: skip
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
 
 def _tap_for(episode: Episode, events: Any) -> Callable[[httpx2.Request], ExchangeTap | None]:
