@@ -4,6 +4,7 @@
     python bench/hot_path.py --quick         # 1 round of 600 episodes, 3 start-ups: a smoke test
     python bench/hot_path.py --check         # exit 1 if a target is missed
     python bench/hot_path.py --profile       # the harness, recorded, under cProfile: its CPU by part
+    python bench/hot_path.py --baseline /tmp/before   # also another checkout (git worktree add /tmp/before REV)
 
 **The ratio.** Each round starts a fresh ors-sdk reference server (`bench.quiz_env:ENVIRONMENTS`) and runs
 each mode in a fresh interpreter (`--worker`), in turns (the order rotated each round), c=32: an episode
@@ -162,6 +163,8 @@ def run_mode(mode: str, url: str, episodes: int, path: str | None) -> None:
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """One mode: a warm-up (requests counted), then the measured episodes."""
+    if args.ors_lab:  # another checkout's ors_lab (--baseline): first on the path, before anything imports it
+        sys.path.insert(0, args.ors_lab)
     folder = Path(tempfile.mkdtemp(prefix="ors-lab-hot-"))
     recorded = args.worker in ("recorded", "sync")
     with count_requests() as counts:
@@ -186,6 +189,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def start_worker(args: argparse.Namespace) -> dict[str, Any]:
     """A fresh process: ``import ors_lab``, a connected client, then ``evaluate`` until its agent's first call."""
+    if args.ors_lab:
+        sys.path.insert(0, args.ors_lab)
     import ors_lab as ol
 
     first: list[float] = []
@@ -221,50 +226,59 @@ def benchmark(args: argparse.Namespace) -> int:
     from ors_lab.demo.launch import serve
 
     rounds, episodes, starts = (1, 600, 3) if args.quick else (args.rounds, EPISODES, 5)
+    checkouts = {"ours": None, **({"baseline": args.baseline} if args.baseline else {})}
+    runs = [(checkout, mode) for mode in MODES for checkout in checkouts]
     results: list[dict[str, Any]] = []
     for round_ in range(rounds):
-        order = MODES[round_ % len(MODES) :] + MODES[: round_ % len(MODES)]
+        order = runs[round_ % len(runs) :] + runs[: round_ % len(runs)]
         with serve("bench.quiz_env:ENVIRONMENTS", sdk="ors-sdk") as server:
-            for mode in order:
+            for checkout, mode in order:
                 load_now()
-                result = spawn(
-                    "--worker", mode, "--url", server.url, "--server-pid", str(server.pid), "--episodes", str(episodes)
-                )
-                result["round"] = round_
+                where = ["--ors-lab", checkouts[checkout]] if checkouts[checkout] else []
+                result = spawn("--worker", mode, "--url", server.url, "--server-pid", str(server.pid),
+                               "--episodes", str(episodes), *where)  # fmt: skip
+                result.update(round=round_, checkout=checkout)
                 results.append(result)
                 print(
-                    f"round {round_ + 1} {mode:9s} ours {result['cpu_ms']:.3f} ms/ep (writer {result['writer_ms']:.3f})"
-                    f"  server {result['server_ms']:.3f} ms/ep  {result['eps']:.0f} ep/s  "
+                    f"round {round_ + 1} {checkout:8s} {mode:9s} ours {result['cpu_ms']:.3f} ms/ep (writer "
+                    f"{result['writer_ms']:.3f})  server {result['server_ms']:.3f} ms/ep  {result['eps']:.0f} ep/s  "
                     f"{result['requests']:.1f} requests/ep",
                     flush=True,
                 )
+    start_ms: dict[str, list[float]] = {checkout: [] for checkout in checkouts}
     with serve("bench.quiz_env:ENVIRONMENTS", sdk="ors-sdk") as server:
-        start_ms = [spawn("--start", "--url", server.url)["start_ms"] for _ in range(starts)]
-    by_mode: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for _ in range(starts):
+            for checkout, path in checkouts.items():
+                where = ["--ors-lab", path] if path else []
+                start_ms[checkout].append(spawn("--start", "--url", server.url, *where)["start_ms"])
+    by_run: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for result in results:
-        by_mode[result["mode"]].append(result)
+        by_run[(result["checkout"], result["mode"])].append(result)
     print(
         "\n| mode | CPU ms/episode (ours, all threads) | of it, the writer thread | server CPU ms/episode "
         "| ours ÷ server (rounds) | episodes/s | HTTP requests/episode |"
     )
     print("|---|---:|---:|---:|---|---:|---:|")
-    for mode in MODES:
-        rows = by_mode[mode]
+    for checkout, mode in runs:
+        rows = by_run[(checkout, mode)]
         ratios = [r["cpu_ms"] / r["server_ms"] for r in rows]
         cpu, writer, server = (
             statistics.median(r[name] for r in rows) for name in ("cpu_ms", "writer_ms", "server_ms")
         )
+        label = mode if checkout == "ours" else f"{mode} ({checkout})"
         print(
-            f"| {mode} | {cpu:.3f} | {writer:.3f} | {server:.3f}"
+            f"| {label} | {cpu:.3f} | {writer:.3f} | {server:.3f}"
             f" | {statistics.median(ratios):.3f} ({interval(ratios)}) | {statistics.median(r['eps'] for r in rows):.0f}"
             f" | {statistics.median(r['requests'] for r in rows):.1f} |"
         )
-    ratio = statistics.median(r["cpu_ms"] / r["server_ms"] for r in by_mode["recorded"])
-    start = statistics.median(start_ms)
-    print(
-        f"\nstart-up: first agent call {start:.0f} ms after evaluate() (median of {len(start_ms)}; "
-        f"{min(start_ms):.0f}-{max(start_ms):.0f})"
-    )
+    ratio = statistics.median(r["cpu_ms"] / r["server_ms"] for r in by_run[("ours", "recorded")])
+    start = statistics.median(start_ms["ours"])
+    for checkout, values in start_ms.items():
+        which = "" if checkout == "ours" else f" ({checkout})"
+        print(
+            f"\nstart-up{which}: first agent call {statistics.median(values):.0f} ms after evaluate() "
+            f"(median of {len(values)}; {min(values):.0f}-{max(values):.0f})"
+        )
     verdicts = [
         (f"recorded evaluate, ours ÷ server CPU per episode <= {RATIO_TARGET}", ratio <= RATIO_TARGET, f"{ratio:.3f}"),
         (f"first agent call after evaluate() <= {START_TARGET_MS:.0f} ms", start <= START_TARGET_MS, f"{start:.0f} ms"),
@@ -338,7 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--profile", action="store_true", help="the recorded harness under cProfile, by part")
     parser.add_argument("--top", type=int, default=0, help="with --profile: also the N functions of most own time")
+    parser.add_argument(
+        "--baseline",
+        metavar="CHECKOUT",
+        help="also run another checkout's ors_lab (its root), in the same rounds, for a before/after",
+    )
     parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--ors-lab", help=argparse.SUPPRESS)
     parser.add_argument("--start", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
