@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import httpx2
 
 from ors_lab.agents.errors import REPORTED, error_event
-from ors_lab.agents.llm_client import async_llm_client, sync_llm_client
-from ors_lab.agents.turn import TextStream
+from ors_lab.agents.parts import TextStream
 from ors_lab.client import AsyncSession
 from ors_lab.events import (
     AgentEvent,
@@ -212,6 +211,8 @@ class Episode:
         as agent events, so the agent's own loop streams live and replays (``evaluate(..., llm_replay=)``)
         with no event code of its own (``ors_lab.agents.llm_client``). ``kwargs`` go to
         ``httpx2.AsyncClient`` (``timeout`` 600 s unless given); the episode closes the client when it ends."""
+        from ors_lab.agents.llm_client import async_llm_client  # deferred: the wire formats' decoders
+
         client = async_llm_client(self, self.llm_transport, **kwargs)
         self._llm_clients.append(client)
         return client
@@ -222,6 +223,7 @@ class Episode:
         import httpx  # deferred: httpx (ors_lab.agents.httpx_twin)
 
         from ors_lab.agents.httpx_twin import HttpxTransport
+        from ors_lab.agents.llm_client import async_llm_client
 
         kwargs.setdefault("timeout", 600.0)
         inner = async_llm_client(self, self.llm_transport, follow_redirects=False)  # httpx follows them
@@ -232,6 +234,8 @@ class Episode:
     def llm_client_sync(self, **kwargs: Any) -> httpx2.Client:
         """``llm_client()`` for a sync SDK client (``openai.OpenAI``, ``anthropic.Anthropic``): an
         ``httpx2.Client``; used from another thread, it hands its events to the episode's loop."""
+        from ors_lab.agents.llm_client import sync_llm_client  # deferred: the wire formats' decoders
+
         client = sync_llm_client(self, self.llm_transport, **kwargs)
         self._llm_clients.append(client)
         return client

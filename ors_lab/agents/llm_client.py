@@ -40,7 +40,8 @@ import httpx2
 
 from ors_lab.agents.chat import Answer
 from ors_lab.agents.errors import error_event, provider_error, replay_mismatch
-from ors_lab.agents.turn import Publisher, Turn, decoder_for
+from ors_lab.agents.parts import Publisher
+from ors_lab.agents.turn import Turn, decoder_for
 from ors_lab.client import AsyncSession, ExchangeTap, RecordingTransport, SyncRecordingTransport
 from ors_lab.events import AgentEvent, BlockEndEvent, BlockStartEvent, EventStream
 from ors_lab.protocol.errors import ProviderError, ProviderStatusError, ProviderStreamError

@@ -848,7 +848,7 @@ FIRST_EPISODE = """
 import sys, time
 import ors_lab as ol
 
-heavy = ("pandas", "pyarrow", "numpy", "httpx")
+heavy = ("pandas", "pyarrow", "numpy", "httpx", "ors_lab.agents.turn", "ors_lab.analysis.paired")
 seen = {}
 
 class Agent:
@@ -872,6 +872,7 @@ def test_a_fresh_processs_first_episode_runs_before_the_heavy_libraries_are_impo
 ) -> None:
     """In a fresh process, a recorded evaluate() with its progress shown reaches its agent's first call with none of
     pandas, pyarrow, numpy and httpx imported (they load for the result, the trace's writing and what asks for them),
+    nor the LLM answers' decoders (for an agent that reads one) or the paired statistics (for a run with a baseline),
     and the run's result and trace are whole."""
     done = subprocess.run([sys.executable, "-c", FIRST_EPISODE, ors_sdk_server.url, str(tmp_path / "run.parquet")],
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
