@@ -128,6 +128,14 @@ def test_two_threads_first_calls_create_one_session(counting_server: tuple[Serve
     assert sessions_made(live) - made == 1 and not live_sessions(live)
 
 
+def in_a_fresh_interpreter(code: str, url: str) -> str:
+    """What ``code`` prints, run with warnings as errors in a fresh interpreter, given ``url`` (it must exit 0)."""
+    done = subprocess.run([sys.executable, "-W", "error", "-c", code, url], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 IN_A_RUNNING_LOOP = """
 import asyncio, sys
 import ors_lab as ol
@@ -151,15 +159,7 @@ def test_sync_client_inside_a_running_loop(reference_server: Any) -> None:
 
     It runs in a fresh interpreter: nest_asyncio2 patches asyncio for the whole process.
     """
-    done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", IN_A_RUNNING_LOOP, reference_server.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    nested, text, pings = done.stdout.strip().split("|")
+    nested, text, pings = in_a_fresh_interpreter(IN_A_RUNNING_LOOP, reference_server.url).strip().split("|")
     assert (nested, text) == ("True", "in a loop")
     assert int(pings) >= 3
 
@@ -186,15 +186,7 @@ asyncio.run(main())
 @pytest.fixture(scope="module")
 def nested_runs(ors_sdk_server: ServerProcess) -> dict[str, Any]:
     """What 100 sync calls inside asyncio.run leave (a fresh interpreter: nest_asyncio2 patches the whole process)."""
-    done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", NESTED_RUNS, ors_sdk_server.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout)
+    result: dict[str, Any] = json.loads(in_a_fresh_interpreter(NESTED_RUNS, ors_sdk_server.url))
     assert result["texts"] == ["nested"]
     return result
 
