@@ -15,7 +15,8 @@ ipykernel 7 (``shared/notebook-testing.md``). Of what ``nest_asyncio2.apply`` pa
 re-entrant ``run_until_complete`` / ``_run_once`` are kept, and asyncio's own (C) ``Task`` and
 ``Future`` are put back in place of the pure-Python ones it sets for the whole process
 (``_keep_native_tasks``): every task and future of the kernel would otherwise run in Python, the
-evaluation's and the kernel's own, for the rest of the session.
+evaluation's and the kernel's own, for the rest of the session. The nested ``_run_once`` also drops
+cancelled timers as asyncio's own does (``_prune_cancelled_timers``).
 
 Ctrl-C (and the notebook's stop button, which sends SIGINT) becomes a cancel of the running call:
 its cleanup runs as a cancelled task's does (sessions deleted, a trace closed), more Ctrl-C do not
