@@ -19,6 +19,11 @@ own text fallback. inspect_ai's core offers the same seam (its abstract ``displa
   summary) and its ``"report"`` (its HTML report written: ``path=``, ``timelines=``; the ``Report``).
   ``LookupError`` when no display is registered or it makes no such thing.
 
+- ``Shown(bundle)``: a MIME bundle as an object of its own. A subject that shows itself as a widget answers
+  marimo's display protocol (``_display_``, which marimo asks before any ``_repr_*_``) with
+  ``Shown(self._repr_mimebundle_())``: marimo then draws what the display made (a live view's widget, which
+  it draws as that widget) rather than the subject's static ``_repr_html_``.
+
 A display draws the subjects it knows and returns None for the others. This module imports nothing
 of ours, so every layer may use it (``events`` is an ``ors_lab.events.EventStream``; the protocol's
 models show themselves through ``bundle`` too).
@@ -29,7 +34,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-__all__ = ["Display", "Live", "bundle", "live", "make", "register"]
+__all__ = ["Display", "Live", "Shown", "bundle", "live", "make", "register"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,19 @@ class Display(Protocol):
     def bundle(self, subject: object) -> dict[str, Any] | None: ...
 
     def make(self, subject: object, what: str, /, **options: Any) -> Any: ...
+
+
+class Shown:
+    """A MIME bundle as an object that shows itself as that bundle and nothing else (see the module docstring)."""
+
+    def __init__(self, bundle: dict[str, Any]) -> None:
+        self.bundle = bundle
+
+    def __repr__(self) -> str:
+        return str(self.bundle.get("text/plain", "Shown(...)"))
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.bundle
 
 
 _display: Display | None = None

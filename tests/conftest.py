@@ -185,7 +185,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 # `browser` or `kernel` here when its code, or a function of its module that it calls, starts one.
 BROWSER = re.compile(r"\bsync_playwright\b|\bJupyterLab\(")
 KERNEL = re.compile(r"\bKernel\(|\bstart_new_kernel\b|\bKernelManager\(|\bNotebookClient\(")
-FIXTURES = {"browser": {"jupyter_lab", "notebook7"}, "kernel": {"kernel", "jupyter_lab", "notebook7"}}
+FIXTURES = {
+    "browser": {"jupyter_lab", "notebook7", "marimo_run", "marimo_export", "static_pages"},
+    "kernel": {"kernel", "jupyter_lab", "notebook7", "marimo_run", "marimo_export"},
+}
 """The fixtures that start one (pytest's fixtures are no plain functions: their code is not read here)."""
 
 

@@ -264,6 +264,10 @@ class Comparison:
         shown = display.bundle(self)
         return shown if shown is not None else {"text/plain": repr(self)}
 
+    def _display_(self) -> display.Shown:
+        """marimo's display protocol (asked before ``_repr_html_``): the bundle, so a live view's widget."""
+        return display.Shown(self._repr_mimebundle_())
+
     def _repr_html_(self) -> str:
         return str(display.make(self, "html"))
 

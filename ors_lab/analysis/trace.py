@@ -340,6 +340,10 @@ class Trace:
         shown = display.bundle(self)
         return shown if shown is not None else {"text/plain": repr(self)}
 
+    def _display_(self) -> display.Shown:
+        """marimo's display protocol (asked before ``_repr_html_``): the bundle, so a live view's widget."""
+        return display.Shown(self._repr_mimebundle_())
+
     def _repr_html_(self) -> str:
         """The summary card (episodes, mean reward, errors, environments, duration; the path last), the
         reward histogram and the first episodes."""

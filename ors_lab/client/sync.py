@@ -239,6 +239,10 @@ class Session:
         """As the display draws it (its live view, else its card), or its text without one."""
         return display.bundle(self) or {"text/plain": repr(self)}
 
+    def _display_(self) -> display.Shown:
+        """marimo's display protocol (asked before ``_repr_html_``): the bundle, so a live view's widget."""
+        return display.Shown(self._repr_mimebundle_())
+
     def _repr_html_(self) -> str | None:
         bundle = display.bundle(self)
         return None if bundle is None else bundle.get("text/html")

@@ -135,8 +135,9 @@ class EvalResult:
 
     def _repr_html_(self) -> str:
         """A summary card (rewards, pass@k and errors first; the trace last), the last errors, a small
-        grid of the episodes coloured by reward, and the per-task table (``ors_lab.viewer.run_summary``)."""
-        return run_summary_html(self._summary_figures())
+        grid of the episodes coloured by reward, and the per-task table (``ors_lab.viewer.run_summary``). A plain
+        ``str``: marimo's encoder turns a ``str`` subclass (``Markup``) into ``{}``."""
+        return str(run_summary_html(self._summary_figures()))
 
     def _summary_figures(self) -> RunSummary:
         summary = run_summary(self.episodes, self._ks(), environment=self.environment, split=self.split,

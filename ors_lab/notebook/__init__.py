@@ -1,7 +1,8 @@
 """The notebook layer: live views of sessions, evaluations and traces (``ors_lab.notebook``).
 
 Every view is a ``ViewState`` (plain data built from events) drawn by a ``LiveView``: an
-anywidget in a Jupyter kernel, compact text elsewhere, throttled to about 10 updates a second.
+anywidget in a Jupyter kernel or a marimo notebook (``hosts``), compact text elsewhere, throttled
+to about 10 updates a second.
 ``live_views()`` is the one switch (``ORS_LAB_VIEWS`` in the environment). ipywidgets and
 anywidget load when the first widget is drawn.
 """

@@ -19,7 +19,7 @@ from ors_lab import display
 from ors_lab.client import AsyncSession, Session
 from ors_lab.display import Live
 from ors_lab.events import EventStream
-from ors_lab.notebook import compare, trace
+from ors_lab.notebook import compare, hosts, trace
 from ors_lab.notebook.session import SessionView, session_bundle, sync_session_bundle
 from ors_lab.notebook.settings import resolve
 from ors_lab.notebook.view import LiveView
@@ -66,13 +66,21 @@ class NotebookDisplay:
 
     def bundle(self, subject: object) -> dict[str, Any] | None:
         make = _find(BUNDLE, subject)
-        return make(subject) if make is not None else None
+        return plain(make(subject)) if make is not None else None
 
     def make(self, subject: object, what: str, /, **options: Any) -> Any:
         make = _find(MAKE, subject, what)
         if make is None:
             raise LookupError(f"the notebook makes no {what} of {type(subject).__name__}")
         return make(subject, **options)
+
+
+def plain(bundle: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``bundle`` with its texts as plain ``str``: marimo's encoder turns a ``str`` subclass (``ors_lab.html.Markup``)
+    into ``{}``, so a card would show as nothing there."""
+    if bundle is None:
+        return None
+    return {key: str(value) if isinstance(value, str) else value for key, value in bundle.items()}
 
 
 def live_state(state: ViewState, events: EventStream) -> LiveView | None:
@@ -87,6 +95,7 @@ def live_state(state: ViewState, events: EventStream) -> LiveView | None:
 
 
 display.register(NotebookDisplay())
+hosts.register()  # in a Jupyter kernel: objects shown as widgets leave their static twin too
 
 BUNDLE[AsyncSession] = session_bundle
 BUNDLE[ImageBlock] = blocks.bundle_of(blocks.image_block_html)

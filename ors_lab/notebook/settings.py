@@ -2,9 +2,9 @@
 
 Modes:
 
-- ``"auto"`` (the default): widgets inside a Jupyter kernel (JupyterLab, Notebook 7, VS Code),
-  text anywhere else (a terminal, plain Python, IPython in a terminal);
-- ``"widgets"``: widgets, wherever a kernel is (an error outside one);
+- ``"auto"`` (the default): widgets inside a Jupyter kernel (JupyterLab, Notebook 7, VS Code) or a
+  marimo notebook, text anywhere else (a terminal, plain Python, IPython in a terminal);
+- ``"widgets"``: widgets, wherever a kernel or marimo is (an error outside them);
 - ``"text"``: the compact text form, also in a notebook (CI logs, a saved notebook with no widgets);
 - ``"off"``: no live view at all; objects still show themselves when displayed.
 
@@ -52,13 +52,22 @@ def in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
+def in_marimo() -> bool:
+    """True inside a marimo notebook's kernel (``marimo edit``, ``marimo run``, ``marimo export``). Never imports
+    marimo itself: a marimo notebook has."""
+    marimo = sys.modules.get("marimo")
+    return marimo is not None and bool(marimo.running_in_notebook())
+
+
 def resolve() -> Literal["widgets", "text", "off"]:
     """What a live view is drawn as here and now: ``widgets``, ``text`` or ``off``."""
     mode = live_views()
+    front = in_kernel() or in_marimo()
     if mode == "auto":
-        return "widgets" if in_kernel() else "text"
-    if mode == "widgets" and not in_kernel():
+        return "widgets" if front else "text"
+    if mode == "widgets" and not front:
         raise RuntimeError(
-            f"live views are set to 'widgets' but this is not a Jupyter kernel; use 'auto' or 'text' ({ENV_VAR})"
+            f"live views are set to 'widgets' but this is not a Jupyter kernel nor a marimo notebook; use 'auto' or"
+            f" 'text' ({ENV_VAR})"
         )
     return mode

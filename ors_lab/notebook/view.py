@@ -7,16 +7,17 @@ the publisher never waits for a browser.
 
 Drawn as (``settings.resolve()``):
 
-- **widgets**: one anywidget (``widget.make_front``) displayed once, updated in place. Its
-  output also holds ``text/html`` (the static summary, refreshed when the view closes) and
-  ``text/plain``, so a saved notebook, nbconvert's HTML or a notebook viewer shows the result
-  without a kernel;
+- **widgets**: one anywidget (``widget.make_front``) shown once by the host the code runs under
+  (``hosts``: a Jupyter kernel or a marimo notebook), updated in place. In Jupyter a second output
+  beside it holds the static summary (drawn again when the view closes), so a saved notebook,
+  nbconvert's HTML or a notebook viewer shows the result without a kernel; marimo's export keeps
+  the widget's last state;
 - **text**: the state's ``text()``: one line rewritten in place on a TTY, else a line every
   ``text_interval`` seconds, and the final one at ``close()``;
 - **off**: nothing while it runs.
 
 Displaying the view object itself (``display(view)``, or a cell ending with it) shows another
-copy of the same widget.
+copy of the same widget (with its static twin in Jupyter: ``hosts.register``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ors_lab.events import Event, EventStream, Subscription
+from ors_lab.notebook import hosts
+from ors_lab.notebook.hosts import WIDGET_MIME
 from ors_lab.notebook.settings import resolve
 from ors_lab.notebook.throttle import INTERVAL, Throttle
 from ors_lab.viewer.state import ViewState
@@ -37,7 +40,6 @@ __all__ = ["WIDGET_MIME", "LiveView", "TextLine"]
 
 log = logging.getLogger(__name__)
 
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 TEXT_INTERVAL = 10.0
 
 
@@ -93,7 +95,7 @@ class LiveView:
         self._throttle = Throttle(self._send, interval=interval)
         self._subscriptions: list[Subscription] = []
         self._front: Any = None
-        self._handle: Any = None
+        self._shown: hosts.Shown | None = None
         self._line = TextLine(text_stream, interval=text_interval) if self.mode == "text" else None
         self.closed = False
 
@@ -133,10 +135,11 @@ class LiveView:
 
     def show(self) -> LiveView:
         """Draw the view where the caller is (a cell's output, or the text stream); returns the view."""
-        if self.mode == "widgets" and self._handle is None:
-            from IPython.display import display  # IPython: only when a widget is shown
-
-            self._handle = display(self._bundle(), raw=True, display_id=True)  # type: ignore[no-untyped-call]
+        if self.mode == "widgets" and self._shown is None:
+            front = self.front()
+            with self._lock:
+                text, html = self.state.text(), self.state.html()
+            self._shown = (hosts.current() or hosts.JUPYTER).show(front, text, html)
         elif self.mode == "text" and self._line is not None:
             with self._lock:
                 text = self.state.text()
@@ -155,8 +158,10 @@ class LiveView:
             text = self.state.text()
         if self.mode == "text" and self._line is not None:
             self._line.finish(text)
-        elif self._handle is not None:
-            self._handle.update(self._bundle(), raw=True)
+        elif self._shown is not None:
+            with self._lock:
+                html = self.state.html()
+            self._shown.update(text, html)
 
     def front(self) -> Any:
         """The widget (made on first use)."""
@@ -172,17 +177,13 @@ class LiveView:
         front = self.front()
         with self._lock:
             text, html = self.state.text(), self.state.html()
-        return {
-            WIDGET_MIME: {"version_major": 2, "version_minor": 0, "model_id": front.model_id},
-            "text/html": html,
-            "text/plain": text,
-        }
+        return {**hosts.widget_bundle(front, text), "text/html": str(html)}
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         if resolve() == "widgets":
             return self._bundle()
         with self._lock:
-            return {"text/html": self.state.html(), "text/plain": self.state.text()}
+            return {"text/html": str(self.state.html()), "text/plain": self.state.text()}
 
     def _send(self) -> None:
         if self.mode == "text":

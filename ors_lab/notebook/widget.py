@@ -12,12 +12,20 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from ors_lab.html import stylesheet
+from ors_lab.notebook.hosts import TWIN_CLASS
 from ors_lab.viewer.page import esm
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["make_front"]
+__all__ = ["TWIN_HIDDEN", "make_front"]
+
+TWIN_HIDDEN = f"""
+/* A front end that runs the widget loads this sheet: the static twins beside widgets (ors_lab.notebook.hosts) hide,
+   output area and all; where the widget does not run (nbconvert's HTML, GitHub), they show. */
+.{TWIN_CLASS} {{ display: none !important; }}
+.jp-OutputArea-child:has(.{TWIN_CLASS}), .output_area:has(.{TWIN_CLASS}) {{ display: none !important; }}
+"""
 
 
 @cache
@@ -29,7 +37,7 @@ def _front_class() -> type:
         """A live view's widget: ``view`` names the renderer, ``data`` is the state it draws."""
 
         _esm = esm()
-        _css = stylesheet()
+        _css = stylesheet() + TWIN_HIDDEN
         view = traitlets.Unicode("").tag(sync=True)
         data = traitlets.Dict().tag(sync=True)
         inbox: traitlets.List[Any] = traitlets.List().tag(sync=True)

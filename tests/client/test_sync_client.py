@@ -230,8 +230,11 @@ def test_sync_client_in_a_jupyter_kernel(reference_server: Any) -> None:
         runner.execute_cell(nb.cells[0], 0)
         time.sleep(2.0)  # the kernel sits idle, as a notebook does between cells
         runner.execute_cell(nb.cells[1], 1)
-    view, printed = nb.cells[0].outputs  # the session's live view, displayed as it opened; then the print
-    assert "application/vnd.jupyter.widget-view+json" in view.data
+    # the session's live view, displayed as it opened (the widget, then its static twin for a reader with no
+    # kernel); then the print
+    *shown, printed = nb.cells[0].outputs
+    assert "application/vnd.jupyter.widget-view+json" in shown[0].data
+    assert [output.output_type for output in shown] == ["display_data", "display_data"]
     assert printed["text"].strip() == "True ToolResult(ok=True, reward=1.0, finished=True, blocks=1)"
     assert int(nb.cells[1].outputs[0]["text"]) >= 3
 

@@ -15,7 +15,8 @@ the Run menu, so every cell is queued at once as in a person's Run All::
 ``finish()`` waits until the last cell prints ``notebook ok`` (or the run stops: an error, a
 timeout), then collects the problems: page errors, error and stderr outputs, cells left running
 (``[*]``) or never run, widgets shown as text (``VBox(children=...``, "Error displaying widget")
-instead of views, fewer widget views than the committed notebook has. It takes the screenshots:
+instead of views, fewer widget views than the committed notebook has, a static twin left visible beside the
+widgets drawn (their style sheet hides it). It takes the screenshots:
 ``<name>.png`` (the notebook, code collapsed), ``<name>-widget-<i>.png`` (each widget view) and
 ``<name>-FAILED.png`` at the first problem output, in ``screenshot_dir()``: ``$ORS_LAB_SCREENSHOTS``,
 else ``build/screenshots`` (ignored by git; ``make test`` keeps it as the run's artefact).
@@ -107,6 +108,26 @@ def _free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def stop_group(server: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM to a server's process group (its kernels too), SIGKILL if it lingers; nothing if it has ended."""
+    if server is None or server.poll() is not None:
+        return
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=15)
+
+
+def tail(log: Path, chars: int = 3000) -> str:
+    """The end of a server's log."""
+    try:
+        return log.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
 
 
 def cleared_copy(notebook: Path, into: Path) -> Path:
@@ -227,21 +248,11 @@ class JupyterLab:
     def _stop_server(self) -> None:
         """SIGTERM to the server's process group (it shuts its kernels down), SIGKILL if it lingers."""
         server, self._server = self._server, None
-        if server is None or server.poll() is not None:
-            return
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=15)
+        stop_group(server)
 
     def log_tail(self, chars: int = 3000) -> str:
         """The end of the server's log."""
-        try:
-            return self.log.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
+        return tail(self.log, chars)
 
     def api(self, method: str, path: str) -> Any:
         """One call of the server's REST API (``/api/...``); the JSON answer, or None."""
@@ -416,6 +427,9 @@ class LabRun:
         views = page.locator(WIDGET_VIEW).count()
         if views < self.widget_views:
             problems.append(f"{views} widget views drawn; the committed notebook has {self.widget_views}")
+        twins = page.locator(".ol-twin:visible").count()
+        if views and twins:  # the widgets' style sheet hides their static twins (ors_lab.notebook.hosts)
+            problems.append(f"{twins} static twins shown beside the {views} widget views drawn")
 
     def _screenshots(self) -> None:
         page = self.page

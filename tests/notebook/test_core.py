@@ -19,11 +19,13 @@ from typing import Any
 
 import pytest
 
-from ors_lab import html
+import ors_lab as ol
+from ors_lab import display, html
 from ors_lab.events import EventStream, TextDeltaEvent, TextStartEvent
-from ors_lab.notebook import ENV_VAR, MODES, LiveView, Throttle, ViewState, live_views, resolve, settings
+from ors_lab.notebook import ENV_VAR, MODES, LiveView, Throttle, ViewState, hosts, live_views, resolve, settings
 from ors_lab.notebook.view import WIDGET_MIME
 from ors_lab.notebook.widget import make_front
+from ors_lab.protocol.models import TextBlock, ToolResult
 from ors_lab.viewer.page import PAGES, VIEWS, esm, page_esm
 
 # -- the throttle --------------------------------------------------------------------------------
@@ -193,7 +195,8 @@ def test_outside_a_kernel_views_are_text() -> None:
     assert resolve() == "off"
     live_views("widgets")
     with pytest.raises(
-        RuntimeError, match=rf"'widgets' but this is not a Jupyter kernel; use 'auto' or 'text' \({ENV_VAR}\)"
+        RuntimeError,
+        match=rf"'widgets' but this is not a Jupyter kernel nor a marimo notebook; use 'auto' or 'text' \({ENV_VAR}\)",
     ):
         resolve()
 
@@ -324,6 +327,27 @@ def test_outside_a_kernel_a_view_shows_its_text_and_html(mode: str) -> None:
     assert bundle["text/plain"] == repr(view) == f"{view.state.n} events"  # type: ignore[attr-defined]
     assert bundle["text/html"] == f"<b>{view.state.n} events</b>"  # type: ignore[attr-defined]
     assert WIDGET_MIME not in bundle
+
+
+@pytest.mark.usefixtures("switch")
+def test_outside_a_kernel_or_marimo_there_is_no_host() -> None:
+    """Plain Python with marimo imported is no marimo notebook: no host draws widgets, views are text."""
+    import marimo  # as a marimo notebook imports it; no notebook runs this code
+
+    assert marimo.running_in_notebook() is False
+    assert not settings.in_marimo() and hosts.current() is None and resolve() == "text"
+
+
+@pytest.mark.usefixtures("switch")
+def test_what_a_notebook_shows_is_plain_str() -> None:
+    """A trace's and a tool result's bundles hold plain ``str`` (marimo's encoder turns a ``Markup`` into ``{}``), and a
+    trace answers marimo's ``_display_`` with its bundle."""
+    trace = ol.load_trace(Path(__file__).resolve().parents[2] / "recordings" / "demo.parquet")
+    result = ToolResult(ok=True, blocks=(TextBlock("16"),), reward=1.0, finished=True)
+    for bundle in (trace._repr_mimebundle_(), result._repr_mimebundle_()):
+        assert {type(value) for value in bundle.values()} == {str}, bundle
+    shown = trace._display_()
+    assert isinstance(shown, display.Shown) and shown._repr_mimebundle_() == trace._repr_mimebundle_()
 
 
 # -- the widget --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from ors_lab.notebook import INTERVAL
+from ors_lab.notebook.hosts import twin
 from tests.notebook.kernel import COUNTING_STATE, WIDGET_MIME, Cell, Kernel, most_in_window
 
 EVENTS = 20_000
@@ -76,24 +77,26 @@ def test_the_final_state_arrives(driven: Cell) -> None:
 
 
 def test_closing_refreshes_the_static_summary(driven: Cell) -> None:
-    """The output first shows the state at display time; close() updates it to the final text and HTML."""
-    shown, *rest = driven.outputs()
-    assert shown["text/plain"] == "0 events" and WIDGET_MIME in shown
-    final = rest[-1]
-    assert final["text/plain"] == f"{EVENTS} events"
-    assert final["text/html"] == f"<b>{EVENTS} events</b>"
+    """The view leaves two outputs, the widget's (the widget, its text) and its static twin (its HTML) showing the
+    state at display time; close() draws both again with the final state."""
+    shown, static, *rest = driven.outputs()
+    assert set(shown) == {WIDGET_MIME, "text/plain"} and shown["text/plain"] == "0 events"
+    assert static == {"text/html": twin("<b>0 events</b>")}
+    final, final_static = rest[-2:]
+    assert final["text/plain"] == f"{EVENTS} events" and "text/html" not in final
     assert final[WIDGET_MIME]["model_id"] == shown[WIDGET_MIME]["model_id"]
+    assert final_static == {"text/html": twin(f"<b>{EVENTS} events</b>")}
 
 
 def test_a_displayed_view_is_its_widget(kernel: Kernel, driven: Cell) -> None:
-    """Displaying the view in a kernel gives the widget's mime (the same model) with text and HTML forms."""
+    """Displaying the view in a kernel gives the widget's output (the same model, its text) and its static twin."""
     (model_id,) = driven.widget_models()
     cell = kernel.run("view")
     assert not cell.problems(), cell.problems()
-    (data,) = cell.outputs()
+    data, static = cell.outputs()
     assert data[WIDGET_MIME]["model_id"] == model_id
-    assert data["text/plain"] == f"{EVENTS} events"
-    assert data["text/html"] == f"<b>{EVENTS} events</b>"
+    assert data["text/plain"] == f"{EVENTS} events" and "text/html" not in data
+    assert static == {"text/html": twin(f"<b>{EVENTS} events</b>")}
 
 
 def test_in_a_kernel_views_are_widgets(kernel: Kernel) -> None:

@@ -76,8 +76,9 @@ def _check_evaluate(run: LabRun) -> None:
     run.finish()
     dashboards = run.page.eval_on_selector_all(".ol-run", "es => es.map(e => e.textContent)")
     results = run.page.eval_on_selector_all(
-        ".jp-OutputArea-output[data-mime-type='text/html'] .ors-lab", "es => es.map(e => e.textContent)"
-    )
+        ".jp-OutputArea-output[data-mime-type='text/html'] > .ors-lab", "es => es.map(e => e.textContent)"
+    )  # the EvalResults' cards (a dashboard's static twin is a .ol-twin around its .ors-lab)
+    assert run.page.locator(".ol-twin").count() == 3 and not run.page.locator(".ol-twin:visible").count()
     assert len(dashboards) == 3, dashboards
     assert [d.count(n) for d, n in zip(dashboards, ["30/30 episodes", "20/20 episodes", "20/20 episodes"],
                                        strict=True)] == [1, 1, 1], dashboards  # fmt: skip

@@ -626,17 +626,18 @@ def test_the_dashboard_updates_the_front_end_while_the_cell_runs(demo_server: Se
     inbox = [t["key"] for m in messages if m["msg_type"] == "comm_msg"
              for t in m["content"]["data"].get("state", {}).get("inbox", [])]  # fmt: skip
     assert sorted(inbox) == sorted(f"{task}/{rollout}" for task in range(10) for rollout in range(3))
-    [shown] = [m["content"]["data"] for m in messages if m["msg_type"] == "display_data"]
-    assert set(shown) == {"application/vnd.jupyter.widget-view+json", "text/html", "text/plain"}
+    shown, static = [m["content"]["data"] for m in messages if m["msg_type"] == "display_data"]
+    assert set(shown) == {"application/vnd.jupyter.widget-view+json", "text/plain"} and set(static) == {"text/html"}
     assert shown["text/plain"].startswith("eval guessing/test: 0/30 episodes")
-    [final] = [m["content"]["data"] for m in messages if m["msg_type"] == "update_display_data"]
+    final, final_static = [m["content"]["data"] for m in messages if m["msg_type"] == "update_display_data"]
     assert final["text/plain"].startswith("eval guessing/test: 30/30 episodes")
+    assert final_static["text/html"].startswith('<div class="ol-twin">')
     last = updates[-1]["content"]["data"]["state"]["data"]
     assert last["status"] == "finished" and last["grid"]["cells"] == "U" * 30
     [printed] = [m["content"]["text"] for m in run_cell(kernel, KERNEL_FIGURES) if m["msg_type"] == "stream"]
     figures = json.loads(printed)
     assert figures == {"mean": last["mean"], "episodes": last["done"]}
-    assert f"{figures['mean']:.3f} ± " in final["text/html"]
+    assert f"{figures['mean']:.3f} ± " in final_static["text/html"]
 
 
 async def test_an_interrupted_run_leaves_its_view_in_its_last_state(

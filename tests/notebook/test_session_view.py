@@ -360,13 +360,13 @@ def test_in_a_kernel_the_session_shows_one_widget_updated_in_place(ors_sdk_serve
     NotebookClient(nb, kernel_name="python3", timeout=60).execute()
     opened, shown, closed = (cell.outputs for cell in nb.cells)
     widget = "application/vnd.jupyter.widget-view+json"
-    assert [output.output_type for output in opened] == ["display_data"]
+    assert [output.output_type for output in opened] == ["display_data", "display_data"]  # the widget, its twin
     model = opened[0].data[widget]["model_id"]
     assert shown[0].data[widget]["model_id"] == model  # the same widget model, shown again
-    assert "step 1" in shown[0].data["text/html"]
-    # nbclient applied the close's update to the opening cell's output: the saved notebook holds the final state
+    assert "step 1" in shown[1].data["text/html"]
+    # nbclient applied the close's update to the opening cell's outputs: the saved notebook holds the final state
     assert opened[0].data["text/plain"] == "session lab train#0 · 1 step · total reward 0.1 · last 0.1 · closed"
-    assert "closed" in opened[0].data["text/html"]
+    assert "closed" in opened[1].data["text/html"] and set(opened[1].data) == {"text/html"}
     assert closed == [nbformat.v4.new_output("stream", name="stdout", text=opened[0].data["text/plain"] + "\n")]
     state = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"][model]["state"]
     assert state["view"] == "session" and state["data"]["steps"] == 1

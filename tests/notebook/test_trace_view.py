@@ -328,7 +328,7 @@ def nb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_in_a_kernel_a_trace_is_the_viewer(recorded: Recorded, nb_env: None) -> None:
-    """In a real kernel, a cell ending with a trace outputs the viewer's widget with its static card and text."""
+    """In a real kernel, a cell ending with a trace outputs the viewer's widget with its text, then its static card."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -340,9 +340,9 @@ def test_in_a_kernel_a_trace_is_the_viewer(recorded: Recorded, nb_env: None) -> 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
     NotebookClient(nb, timeout=60, kernel_name="python3").execute()
     for cell in nb.cells[:2]:
-        (output,) = cell.outputs
-        assert WIDGET_MIME in output["data"], output
-        assert "mean reward" in output["data"]["text/html"] and output["data"]["text/plain"].startswith("Trace")
+        output, static = cell.outputs
+        assert WIDGET_MIME in output["data"] and output["data"]["text/plain"].startswith("Trace"), output
+        assert set(static["data"]) == {"text/html"} and "mean reward" in static["data"]["text/html"]
     assert nb.cells[2].outputs[0]["data"]["text/plain"] == "'timeline'"
 
 
