@@ -35,7 +35,7 @@ short one (text and a tool call) and a 100 KB one (reasoning first).
    - ``plain``: ``http_client=httpx.AsyncClient()`` for openai; anthropic 2.16 takes no httpx client
      (a ``TypeError``), so its own default client (httpx2);
    - ``default``: openai's own default client (httpx2), for the record;
-   - ``unrecorded``: an ``httpx2.AsyncClient`` on ``llm_client()``'s wire (ors_lab's ``AiohttpTransport``),
+   - ``unrecorded``: an ``httpx2.AsyncClient`` on ``llm_client()``'s wire (ors_lab's ``WireTransport``),
      nothing decoded or recorded: ``llm_client`` ÷ ``unrecorded`` is what decoding and recording cost;
    - ``tapped``: the same with ``llm_client()``'s recording (``RecordingTransport`` and the episode's
      ``ExchangeTap``: the request, response, each read and SSE event as rows), nothing decoded.
