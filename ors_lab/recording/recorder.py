@@ -32,17 +32,15 @@ it when it is reopened).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import shutil
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, Self
@@ -288,9 +286,8 @@ class Recorder:
                     metadata = self._metadata(partial=True)  # the servers seen so far
                     self._cond.notify_all()  # a record waiting for room
                 if taken[1]:
-                    with _sharing_the_gil():
-                        table = self._rows.convert(taken)
-                        self._write_part(table, metadata)
+                    table = self._rows.convert(taken)
+                    self._write_part(table, metadata)
                     self._hand_over(table)
                     last = time.monotonic()
                     with self._cond:
@@ -402,39 +399,6 @@ class Recorder:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await asyncio.to_thread(self.close)
-
-
-_SWITCH_INTERVAL = 0.0005
-"""The GIL switch interval while a writer converts and writes, in seconds (Python's default is 0.005)."""
-_sharing = 0
-_saved_interval = 0.0
-_sharing_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _sharing_the_gil() -> Iterator[None]:
-    """Lower the GIL switch interval while a writer thread works, so the event loop waits 0.5 ms for the GIL, not 5.
-
-    The writer holds the GIL while it turns rows into Arrow. With Python's default interval, the
-    event loop, back from each ``select`` that let the writer in, waited up to 5 ms for it: the
-    requests it would have sent waited too, the server ran dry, and a recorded run lost 4-5% of its
-    episodes/s though the writer uses under a sixth of a core (``bench/recording.py``). The interval
-    is the interpreter's, so the first writer to start saves it and the last to finish restores it,
-    unless someone else has changed it meanwhile.
-    """
-    global _sharing, _saved_interval
-    with _sharing_lock:
-        if not _sharing:
-            _saved_interval = sys.getswitchinterval()
-            sys.setswitchinterval(min(_saved_interval, _SWITCH_INTERVAL))
-        _sharing += 1
-    try:
-        yield
-    finally:
-        with _sharing_lock:
-            _sharing -= 1
-            if not _sharing and sys.getswitchinterval() == min(_saved_interval, _SWITCH_INTERVAL):
-                sys.setswitchinterval(_saved_interval)
 
 
 def _reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:

@@ -832,35 +832,3 @@ def test_redacted_bodies_still_replay(tmp_path: Path) -> None:
     assert answer.status == 200 and answer.stream, answer
     other = b'{"name":"login","input":{"user":"v","password":"leak-17"}}'
     assert engine.handle("POST", "/lab/call", {"x-session-id": "live"}, other).status == 400  # user still differs
-
-
-def test_the_writer_shares_the_gil_while_it_converts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While the writer turns rows into Arrow, the GIL switch interval is 0.5 ms, not Python's 5: the event loop
-    waits that long at most for the GIL after each select (bench/recording.py: a recorded run's loop fell behind
-    its server). The interval is restored afterwards, and a value someone else set meanwhile is left alone."""
-    from ors_lab.recording.rows import Rows
-
-    seen: list[float] = []
-    convert = Rows.convert
-
-    def watched(self: Rows, taken: Any) -> Any:
-        seen.append(sys.getswitchinterval())
-        return convert(self, taken)
-
-    monkeypatch.setattr(Rows, "convert", watched)
-    before = sys.getswitchinterval()
-    try:
-        with ol.Recorder(tmp_path / "run.parquet", flush_interval=3600) as rec:
-            comment(rec, "row 0")
-            rec.flush(timeout=30)
-            assert sys.getswitchinterval() == before
-            monkeypatch.setattr(
-                Rows, "convert", lambda self, taken: (sys.setswitchinterval(0.002), convert(self, taken))[1]
-            )
-            comment(rec, "row 1")
-            rec.flush(timeout=30)
-            assert sys.getswitchinterval() == 0.002  # set while the writer worked: not the writer's to undo
-    finally:
-        sys.setswitchinterval(before)
-    assert seen == [0.0005]
-    assert list(ol.load_trace(tmp_path / "run.parquet").events["comment"]) == ["row 0", "row 1"]
