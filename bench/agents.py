@@ -35,7 +35,7 @@ short one (text and a tool call) and a 100 KB one (reasoning first).
    - ``plain``: ``http_client=httpx.AsyncClient()`` for openai; anthropic 2.16 takes no httpx client
      (a ``TypeError``), so its own default client (httpx2);
    - ``default``: openai's own default client (httpx2), for the record;
-   - ``unrecorded``: an ``httpx2.AsyncClient`` on ``llm_client()``'s wire (ors_lab's ``AiohttpTransport``),
+   - ``unrecorded``: an ``httpx2.AsyncClient`` on ``llm_client()``'s wire (ors_lab's ``WireTransport``),
      nothing decoded or recorded: ``llm_client`` ÷ ``unrecorded`` is what decoding and recording cost;
    - ``tapped``: the same with ``llm_client()``'s recording (``RecordingTransport`` and the episode's
      ``ExchangeTap``: the request, response, each read and SSE event as rows), nothing decoded.
@@ -295,10 +295,10 @@ class BenchAgent:
         import httpx2
         import openai
 
-        from ors_lab.client import AiohttpTransport, ExchangeTap, RecordingTransport
+        from ors_lab.client import ExchangeTap, RecordingTransport, WireTransport
 
         def unrecorded() -> httpx2.AsyncClient:  # llm_client()'s wire and options, with nothing decoded or recorded
-            return httpx2.AsyncClient(transport=AiohttpTransport(), timeout=600.0, follow_redirects=True)
+            return httpx2.AsyncClient(transport=WireTransport(), timeout=600.0, follow_redirects=True)
 
         def tap(request: httpx2.Request) -> ExchangeTap:  # llm_client()'s tap
             return ExchangeTap(episode.events, session_id=episode.session.sid, rollout=episode.rollout, agent=True)
@@ -439,7 +439,7 @@ AREAS = (
     ("ors_lab/protocol/sse.py", "ours: the SSE decoder"),
     ("ors_lab/events/", "ours: events and the stream"),
     ("ors_lab/recording/", "ours: the recorder"),
-    ("ors_lab/client/transport.py", "ours: the aiohttp transport"),
+    ("ors_lab/client/wire.py", "ours: the wire transport"),
     ("ors_lab/", "ours: the rest"),
     ("/aiohttp/", "aiohttp"),
     ("/httpx2/", "httpx2"),

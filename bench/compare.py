@@ -48,7 +48,7 @@ TARGET_S, TARGET_MB, TARGET_RATIO = 2.0, 1024.0, 0.95
 
 def traces(episodes: int = EPISODES) -> tuple[Path, Path]:
     """The baseline and the candidate traces, written once (cached beside ``scale_trace``'s)."""
-    from ors_lab.recording.schema import SCHEMA_VERSION
+    from ors_lab.recording.columns import SCHEMA_VERSION
 
     base = scale_trace.trace_path(episodes)
     cand = scale_trace.CACHE / f"episodes-{episodes}-v{SCHEMA_VERSION}-candidate.parquet"

@@ -33,7 +33,7 @@ peak RSS never mix:
    ``pyarrow.parquet.read_table(path).to_pandas()`` of the same file, interleaved, median of
    several runs each.
 
-Targets: overhead >= 0.95; peak RSS for 1M events < 150 MB over the baseline; loading <= 1.5x.
+Targets: overhead >= 0.97; peak RSS for 1M events < 150 MB over the baseline; loading <= 1.5x.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ from bench.client import (  # noqa: E402
 )
 
 CONCURRENCY = 32
-TARGET_OVERHEAD = 0.95  # recorded ÷ plain episodes/s, at least
+TARGET_OVERHEAD = 0.97  # recorded ÷ plain episodes/s, at least (issue "The hot path")
 ROUNDS = 60  # overhead rounds of 4 segments each, all counted
 ROUNDS_PER_BLOCK = 6  # rounds between fresh servers and fresh workers
 SEGMENT = 150  # measured episodes per segment

@@ -75,10 +75,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n## {part}\n", flush=True)
         verdicts += MEASURES[part](args.quick)
         print(f"\n({part}: {time.monotonic() - started:.0f} s)", flush=True)
+    return verdicts_said(verdicts, args.check)
+
+
+def verdicts_said(verdicts: list[tuple[str, bool]], check: bool) -> int:
+    """Print a met / MISSED line per target; the exit status: 1 if ``check`` and one is missed."""
     print()
     for name, met in verdicts:
         print(f"{'met' if met else 'MISSED'}: {name}")
-    return 1 if args.check and not all(met for _, met in verdicts) else 0
+    return 1 if check and not all(met for _, met in verdicts) else 0
 
 
 if __name__ == "__main__":

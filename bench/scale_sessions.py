@@ -176,7 +176,7 @@ def sessions_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def measure(sizes: tuple[int, ...] = SIZES, connections: int | str | None = "default") -> list[dict[str, Any]]:
     """One row per size: a fresh server, and a client under ``ulimit -n 1024`` holding that many sessions."""
-    from ors_lab.client.transport import DEFAULT_CONNECTIONS
+    from ors_lab.client.wire import DEFAULT_CONNECTIONS
     from ors_lab.demo.launch import serve
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -254,7 +254,7 @@ def throughput_worker(args: argparse.Namespace) -> dict[str, Any]:
 def throughput(rounds: int = THROUGHPUT_ROUNDS, bound: int | None = None) -> dict[int, dict[str, Any]]:
     """Per concurrency: the per-round ratios ``bound`` (default: the client's default) ÷ unbounded
     (episodes/s), and the batches."""
-    from ors_lab.client.transport import DEFAULT_CONNECTIONS
+    from ors_lab.client.wire import DEFAULT_CONNECTIONS
     from ors_lab.demo.launch import serve
 
     modes = (str(bound or DEFAULT_CONNECTIONS), "none")

@@ -2,6 +2,8 @@
 
     python bench/scale_trace.py                    # 10k, 100k and 1M episodes, 2 rounds each
     python bench/scale_trace.py --episodes 10000 100000 --rounds 3
+    git worktree add /tmp/before COMMIT             # another checkout to compare the steps and calls with
+    python bench/scale_trace.py --baseline /tmp/before --rounds 3    # 1M episodes, in turns: about 6 minutes
 
 ``measure()`` returns the rows (one per trace size and round) for ``bench/scale.py``; ``growth(rows)``
 the growth law of each figure (constant, linear or worse) between the sizes measured.
@@ -22,9 +24,14 @@ Each figure is measured in a fresh subprocess (``--child``), so that its peak me
 ``load_s`` is ``load_trace`` and ``len``; ``episodes_s`` is ``trace.episodes`` from a fresh load,
 with ``episodes_rss_mb`` its peak over the baseline; ``tasks_s`` is ``trace.tasks`` once the
 episodes are made (``tasks_total_s``: both); ``steps_s`` and ``calls_s`` are ``trace.steps`` and
-``trace.calls`` from a fresh load. CPU seconds per episode are reported beside wall seconds.
+``trace.calls`` from a fresh load, with ``steps_rss_mb`` and ``calls_rss_mb`` their peaks over the baseline.
+CPU seconds are reported beside wall seconds.
 
-Targets (1M episodes): load < 1 s; episodes < 10 s and < 2 GB over the baseline; tasks < 10 s.
+``--baseline CHECKOUT`` measures ``steps`` and ``calls`` of the largest trace with this checkout's ``ors_lab`` and
+with another's (each child with that one first on its path), in turns, the order reversed every other round.
+
+Targets (1M episodes): load < 1 s; episodes < 10 s and < 2 GB over the baseline; tasks < 10 s; steps and calls
+each < 2 GB over the baseline.
 """
 
 from __future__ import annotations
@@ -54,16 +61,17 @@ CACHE = REPO_ROOT / "build" / "bench" / "scale_trace"
 SIZES = (10_000, 100_000, 1_000_000)
 KEEP = ("start", "finish", "episode")  # the evaluation's own rows kept beside the ORS rows
 BLOCK = 1_000  # episodes written at a time
-TARGETS = {"load_s": 1.0, "episodes_s": 10.0, "episodes_rss_mb": 2048.0, "tasks_s": 10.0}
+TARGETS = {"load_s": 1.0, "episodes_s": 10.0, "episodes_rss_mb": 2048.0, "tasks_s": 10.0, "steps_rss_mb": 2048.0,
+           "calls_rss_mb": 2048.0}  # fmt: skip
 FIGURES = ("file_mb", "bytes_per_episode", "rows", "load_s", "episodes_s", "episodes_rss_mb", "tasks_s",
-           "steps_s", "calls_s")  # fmt: skip
+           "steps_s", "steps_rss_mb", "calls_s", "calls_rss_mb")  # fmt: skip
 
 
 def template() -> pa.Table:
     """The ORS rows and the evaluation's start, finish and episode rows of the recorded run, seq from 0, in this
     schema version (as ``load_trace`` reads it: an older trace's episode columns read from its records)."""
     import ors_lab as ol
-    from ors_lab.recording.schema import METADATA_SCHEMA_VERSION, SCHEMA_VERSION
+    from ors_lab.recording.columns import METADATA_SCHEMA_VERSION, SCHEMA_VERSION
 
     table = ol.load_trace(SOURCE).table
     table = table.replace_schema_metadata({**table.schema.metadata, METADATA_SCHEMA_VERSION: SCHEMA_VERSION.encode()})
@@ -133,7 +141,7 @@ def write_trace(episodes: int, path: Path, shift: int = 0) -> Path:
 
 def trace_path(episodes: int) -> Path:
     """The cached trace of ``episodes`` episodes, written first if missing."""
-    from ors_lab.recording.schema import SCHEMA_VERSION
+    from ors_lab.recording.columns import SCHEMA_VERSION
 
     path = CACHE / f"episodes-{episodes}-v{SCHEMA_VERSION}.parquet"
     return path if path.is_file() else write_trace(episodes, path)
@@ -165,8 +173,10 @@ def child(what: str, path: str) -> dict[str, Any]:
     return out
 
 
-def _in_child(what: str, path: Path, timeout: float) -> dict[str, Any]:
+def _in_child(what: str, path: Path, timeout: float, checkout: Path | None = None) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", what, str(path)]
+    if checkout is not None:
+        command += ["--checkout", str(checkout)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -221,7 +231,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The medians (and the range over rounds) as a Markdown table, with the targets met or missed."""
     lines = ["| figure | " + " | ".join(f"{n:,} episodes" for n in sorted({r['episodes'] for r in rows})) + " |"]
     lines.append("|---|" + "---:|" * (len(lines[0].split("|")) - 3))
-    for figure in (*FIGURES, "episodes_cpu_s", "tasks_cpu_s"):
+    for figure in (*FIGURES, "episodes_cpu_s", "tasks_cpu_s", "steps_cpu_s", "calls_cpu_s"):
         cells = []
         for episodes in sorted({r["episodes"] for r in rows}):
             values = [r[figure] for r in rows if r["episodes"] == episodes and r.get(figure) is not None]
@@ -239,7 +249,8 @@ def targets(rows: list[dict[str, Any]]) -> list[tuple[str, bool]]:
     """Each target of ``TARGETS`` at the largest size measured (its median), met or not."""
     largest = max(row["episodes"] for row in rows)
     names = {"load_s": "load_trace", "episodes_s": "the episodes table", "episodes_rss_mb": "its peak RSS (MB)",
-             "tasks_s": "the tasks table"}  # fmt: skip
+             "tasks_s": "the tasks table", "steps_rss_mb": "steps, peak RSS over the baseline (MB)",
+             "calls_rss_mb": "calls, peak RSS over the baseline (MB)"}  # fmt: skip
     verdicts = []
     for figure, bound in TARGETS.items():
         value = _median(rows, largest, figure)
@@ -248,14 +259,53 @@ def targets(rows: list[dict[str, Any]]) -> list[tuple[str, bool]]:
     return verdicts
 
 
+def compare(baseline: Path, episodes: int = SIZES[-1], rounds: int = 3) -> dict[str, list[dict[str, Any]]]:
+    """``steps`` and ``calls`` of the trace of ``episodes`` with this checkout (``ours``) and ``baseline``, each in
+    a fresh child, in turns (the order reversed every other round): one row per checkout, round and figure."""
+    path, checkouts = trace_path(episodes), {"ours": REPO_ROOT, "baseline": baseline.resolve()}
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in checkouts}
+    for number in range(rounds):
+        for what in ("steps", "calls"):
+            for name in list(checkouts)[:: 1 if number % 2 == 0 else -1]:
+                row = _in_child(what, path, 1800.0, checkouts[name])
+                results[name].append({"what": what, **{key.removeprefix(f"{what}_"): value for key, value in
+                                                        row.items() if key.startswith(what)}})  # fmt: skip
+                print(json.dumps({"checkout": name, "round": number, **results[name][-1]}), flush=True)
+    return results
+
+
+def compared(results: dict[str, list[dict[str, Any]]]) -> str:
+    """The medians (and ranges) of ``compare``'s rows as a Markdown table, and ours ÷ the baseline's."""
+    lines = ["| frame | checkout | wall s | CPU s | peak RSS over the baseline (MB) |", "|---|---|---:|---:|---:|"]
+    for what in ("steps", "calls"):
+        for name, rows in results.items():
+            cells = []
+            for figure in ("s", "cpu_s", "rss_mb"):
+                values = [row[figure] for row in rows if row["what"] == what]
+                cells.append(f"{statistics.median(values):,.3g} [{min(values):,.3g}..{max(values):,.3g}]")
+            lines.append(f"| {what} | {name} | " + " | ".join(cells) + " |")
+        for figure in ("s", "cpu_s", "rss_mb"):
+            ours, theirs = (statistics.median(row[figure] for row in results[name] if row["what"] == what)
+                            for name in ("ours", "baseline"))  # fmt: skip
+            lines.append(f"| {what} | ours ÷ baseline, {figure} | {ours / theirs:.2f} | | |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--baseline", type=Path, help="another checkout: its steps and calls beside ours, in turns")
     parser.add_argument("--child", nargs=2, metavar=("WHAT", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--checkout", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
+        if args.checkout:  # that checkout's ors_lab first
+            sys.path.insert(0, str(args.checkout))
         print(json.dumps(child(*args.child)))
+        return 0
+    if args.baseline:
+        print(compared(compare(args.baseline, max(args.episodes), args.rounds)))
         return 0
     rows = measure(tuple(args.episodes), args.rounds)
     print()

@@ -7,7 +7,7 @@ agent over tasks into DataFrames (here, or on Ray workers with ``RayBackend``), 
 serve and show a run's live feed (these load on first use: pyarrow, pandas and uvicorn are heavy).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ors_lab.client import (
     AsyncClient,
@@ -20,6 +20,7 @@ from ors_lab.client import (
     Session,
 )
 from ors_lab.events import AgentEvent, Event, EventStream, Subscription, WireEvent
+from ors_lab.lazy import lazy as _lazy
 from ors_lab.notebook.settings import live_views
 from ors_lab.protocol import (
     AgentNotShippableError,
@@ -118,14 +119,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib  # only when a lazy name is first used
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ors_lab' has no attribute {name!r}")
+__getattr__, __dir__ = _lazy(__name__, _LAZY)
 
 
 __all__ = [

@@ -13,6 +13,7 @@ import pytest
 
 import ors_lab as ol
 from ors_lab import events as ev
+from ors_lab.client import ExchangeTap
 from ors_lab.events import EVENT_TYPES, EventStream, PingEvent, TextDeltaEvent
 
 SEED_TYPES = {
@@ -370,3 +371,23 @@ def test_strict_json_is_json_any_parser_reads() -> None:
     value = {"a": float("nan"), "b": [float("inf"), 1.5], "c": "é\n"}
     assert ev.strict_json(value) == '{"a":null,"b":[null,1.5],"c":"é\\n"}'
     assert ev.strict_json({"a": 1}) == ev.compact_json({"a": 1})
+
+
+def test_a_stream_says_which_kinds_anyone_takes() -> None:
+    """`wanted()` is the kinds its subscribers and its parents' take (None once one takes every kind), kept only until
+    a subscription is made or closed anywhere; a tap asks it, so it builds only the events someone takes."""
+    parent = EventStream()
+    child = EventStream(parent=parent)
+    assert child.wanted() == frozenset()
+    first = child.subscribe(lambda event: None, kinds=["request"])
+    second = parent.subscribe(lambda event: None, kinds=["result", "request"])
+    assert child.wanted() == {"request", "result"} and parent.wanted() == {"request", "result"}
+    tap = ExchangeTap(child)
+    assert tap.takes("request") and not tap.takes("response") and not tap.takes("chunk")
+    everything = parent.subscribe(lambda event: None)
+    assert child.wanted() is None and ExchangeTap(child).takes("chunk")
+    everything.close()
+    second.close()
+    assert child.wanted() == {"request"}
+    first.close()
+    assert child.wanted() == frozenset()

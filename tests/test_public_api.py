@@ -138,8 +138,10 @@ def test_evaluate_takes_its_keywords_in_the_signature() -> None:
 
 
 def test_import_stays_light() -> None:
-    """`import ors_lab` loads no pandas, IPython, ipywidgets, anywidget, uvicorn, reference-server or LLM SDK."""
+    """`import ors_lab` loads no pandas, pyarrow, numpy, IPython, ipywidgets, anywidget, uvicorn, reference-server or
+    LLM SDK, and no HTTP library but httpx2."""
     code = "import sys, ors_lab; print(sorted(m for m in ('pandas', 'IPython', 'ipywidgets', 'anywidget', 'traitlets', "
-    code += "'uvicorn', 'ors', 'openreward', 'nest_asyncio2', 'anthropic', 'openai') if m in sys.modules))"
+    code += "'uvicorn', 'ors', 'openreward', 'nest_asyncio2', 'anthropic', 'openai', 'pyarrow', 'numpy', 'aiohttp', "
+    code += "'httpx') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"

@@ -17,14 +17,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import httpx
 import httpx2
 
 from ors_lab.agents.errors import REPORTED, error_event
-from ors_lab.agents.llm_client import HttpxTransport, async_llm_client, sync_llm_client
-from ors_lab.agents.turn import TextStream
+from ors_lab.agents.parts import TextStream
 from ors_lab.client import AsyncSession
 from ors_lab.events import (
     AgentEvent,
@@ -39,6 +37,9 @@ from ors_lab.events import (
 )
 from ors_lab.protocol.errors import ORSError
 from ors_lab.protocol.models import Block, Task, TextBlock, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "CURRENT_EPISODE",
@@ -164,7 +165,7 @@ class Episode:
         self.llm_transport = llm_transport
         self.llm_calls = 0  # the requests for a model's answer read through llm_client()
         self.llm_reported: list[Any] = []  # the HTTP answers whose errors llm_client() published
-        self._llm_clients: list[httpx2.AsyncClient | httpx2.Client | httpx.AsyncClient] = []
+        self._llm_clients: list[Any] = []  # httpx2's AsyncClient and Client, and httpx's AsyncClient
 
     def __repr__(self) -> str:
         where = f"{self.split}[{self.index}]" if self.index is not None else repr(self.task)
@@ -210,6 +211,8 @@ class Episode:
         as agent events, so the agent's own loop streams live and replays (``evaluate(..., llm_replay=)``)
         with no event code of its own (``ors_lab.agents.llm_client``). ``kwargs`` go to
         ``httpx2.AsyncClient`` (``timeout`` 600 s unless given); the episode closes the client when it ends."""
+        from ors_lab.agents.llm_client import async_llm_client  # deferred: the wire formats' decoders
+
         client = async_llm_client(self, self.llm_transport, **kwargs)
         self._llm_clients.append(client)
         return client
@@ -217,6 +220,11 @@ class Episode:
     def llm_client_httpx(self, **kwargs: Any) -> httpx.AsyncClient:
         """``llm_client()`` as an ``httpx.AsyncClient``, for a framework still on httpx: the same recording.
         ``kwargs`` go to ``httpx.AsyncClient``."""
+        import httpx  # deferred: httpx (ors_lab.agents.httpx_twin)
+
+        from ors_lab.agents.httpx_twin import HttpxTransport
+        from ors_lab.agents.llm_client import async_llm_client
+
         kwargs.setdefault("timeout", 600.0)
         inner = async_llm_client(self, self.llm_transport, follow_redirects=False)  # httpx follows them
         client = httpx.AsyncClient(transport=HttpxTransport(inner), **kwargs)
@@ -226,6 +234,8 @@ class Episode:
     def llm_client_sync(self, **kwargs: Any) -> httpx2.Client:
         """``llm_client()`` for a sync SDK client (``openai.OpenAI``, ``anthropic.Anthropic``): an
         ``httpx2.Client``; used from another thread, it hands its events to the episode's loop."""
+        from ors_lab.agents.llm_client import sync_llm_client  # deferred: the wire formats' decoders
+
         client = sync_llm_client(self, self.llm_transport, **kwargs)
         self._llm_clients.append(client)
         return client

@@ -20,7 +20,7 @@ made of three layers:
 - ``ors_lab.client.RecordingTransport`` (its sync twin ``SyncRecordingTransport``) taps every
   exchange onto the episode's stream as layer ``agent``, so it goes into the run's trace (secrets
   redacted by the recorder) and ``ors_lab.replay.AgentReplayTransport`` can serve it back.
-- the wire: aiohttp (``httpx2.HTTPTransport`` for the sync client), or the evaluation's
+- the wire: ``ors_lab.client.WireTransport`` (``httpx2.HTTPTransport`` for the sync client), or the evaluation's
   ``llm_replay`` transport, which answers from a trace with no server and no key.
 
 Events are published on the episode's own thread: a sync client used from another thread
@@ -36,12 +36,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from functools import partial
 from typing import Any, Protocol, cast
 
-import httpx
 import httpx2
 
 from ors_lab.agents.chat import Answer
 from ors_lab.agents.errors import error_event, provider_error, replay_mismatch
-from ors_lab.agents.turn import Publisher, Turn, decoder_for
+from ors_lab.agents.parts import Publisher
+from ors_lab.agents.turn import Turn, decoder_for
 from ors_lab.client import AsyncSession, ExchangeTap, RecordingTransport, SyncRecordingTransport
 from ors_lab.events import AgentEvent, BlockEndEvent, BlockStartEvent, EventStream
 from ors_lab.protocol.errors import ProviderError, ProviderStatusError, ProviderStreamError
@@ -58,7 +58,7 @@ class Episode(Publisher, Protocol):
     llm_reported: list[Any]
 
 
-__all__ = ["DecodingTransport", "HttpxTransport", "SyncDecodingTransport", "async_llm_client", "sync_llm_client"]
+__all__ = ["DecodingTransport", "SyncDecodingTransport", "async_llm_client", "sync_llm_client"]
 
 _SHOWN = 200  # characters of an error body the event quotes
 
@@ -102,6 +102,9 @@ class _Stream:
 
     def publish(self, event: Any) -> None:
         self._on_loop.call(self._events.publish, event)
+
+    def wanted(self) -> frozenset[str] | None:
+        return self._events.wanted()
 
 
 class _Call:
@@ -368,48 +371,6 @@ class SyncDecodingTransport(httpx2.BaseTransport):
         self.inner.close()
 
 
-class _HttpxStream(httpx.AsyncByteStream):
-    def __init__(self, response: httpx2.Response) -> None:
-        self._response = response
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.aiter_raw():
-                yield chunk
-        except httpx2.TimeoutException as exc:
-            raise httpx.ReadTimeout(str(exc)) from exc
-        except httpx2.TransportError as exc:
-            raise httpx.RemoteProtocolError(str(exc)) from exc
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
-
-
-class HttpxTransport(httpx.AsyncBaseTransport):
-    """An ``httpx`` transport over an ``httpx2.AsyncClient``: the same recording for a framework still on httpx."""
-
-    def __init__(self, client: httpx2.AsyncClient) -> None:
-        self._client = client
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        body = await request.aread()
-        twin = self._client.build_request(request.method, str(request.url), headers=request.headers.raw,
-                                          content=body, extensions=request.extensions)  # fmt: skip
-        try:
-            response = await self._client.send(twin, stream=True)
-        except httpx2.ConnectError as exc:
-            raise httpx.ConnectError(str(exc), request=request) from exc
-        except httpx2.TimeoutException as exc:
-            raise httpx.ReadTimeout(str(exc), request=request) from exc
-        except httpx2.TransportError as exc:
-            raise httpx.RemoteProtocolError(str(exc), request=request) from exc
-        return httpx.Response(response.status_code, headers=response.headers.raw, stream=_HttpxStream(response),
-                              request=request)  # fmt: skip
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-
 def _tap_for(episode: Episode, events: Any) -> Callable[[httpx2.Request], ExchangeTap | None]:
     def tap(request: httpx2.Request) -> ExchangeTap | None:
         if not episode.events.active:
@@ -428,7 +389,7 @@ def _loop() -> asyncio.AbstractEventLoop | None:
 
 def async_llm_client(episode: Episode, inner: httpx2.AsyncBaseTransport | None, **kwargs: Any) -> httpx2.AsyncClient:
     """``Episode.llm_client()``: an ``httpx2.AsyncClient`` whose traffic is decoded and recorded into the
-    episode (``inner``: the wire, or a replay; None: aiohttp). ``kwargs`` go to ``httpx2.AsyncClient``."""
+    episode (``inner``: the wire, or a replay; None: ``WireTransport``). ``kwargs`` go to ``httpx2.AsyncClient``."""
     on_loop = _OnLoop(episode, None)
     recording = RecordingTransport(_tap_for(episode, episode.events), inner)
     kwargs.setdefault("timeout", 600.0)

@@ -12,20 +12,14 @@ runs one of the model's tool calls and says what goes back to it, as ``ors_lab.a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from ors_lab.agents.chat import Answer, ChatAnswer, EndPiece, Piece, TextPiece, ToolCall, tool_input
 from ors_lab.agents.messages import MessagesAnswer
+from ors_lab.agents.parts import Publisher, TextStream
 from ors_lab.agents.responses import ResponsesAnswer
 from ors_lab.analysis.conversations import ToolOutcome, failed, formats, outcome_of
 from ors_lab.events import (
-    AgentEvent,
-    ReasoningDeltaEvent,
-    ReasoningEndEvent,
-    ReasoningStartEvent,
-    TextDeltaEvent,
-    TextEndEvent,
-    TextStartEvent,
     ToolInputDeltaEvent,
     ToolInputEndEvent,
     ToolInputStartEvent,
@@ -33,25 +27,7 @@ from ors_lab.events import (
 )
 from ors_lab.protocol.models import ToolResult
 
-__all__ = ["DECODERS", "Publisher", "TextStream", "Turn", "decoder_for", "run_tool"]
-
-
-class Publisher(Protocol):
-    """What a turn publishes through: an episode (``ors_lab.agents.episode.Episode``)."""
-
-    def publish(self, event: AgentEvent) -> None: ...
-
-    def new_id(self, prefix: str) -> str: ...
-
-    def record_usage(
-        self,
-        *,
-        input_tokens: int | None = None,
-        output_tokens: int | None = None,
-        reasoning_tokens: int | None = None,
-        cached_tokens: int | None = None,
-        model: str | None = None,
-    ) -> None: ...
+__all__ = ["DECODERS", "Turn", "decoder_for", "run_tool"]
 
 
 DECODERS: dict[str, tuple[str, type[ChatAnswer | MessagesAnswer | ResponsesAnswer]]] = {
@@ -66,43 +42,6 @@ def decoder_for(method: str, path: str) -> tuple[str, type[ChatAnswer | Messages
     """The provider and decoder of a request that asks for a model's answer in a known format; else None."""
     known = formats.of(method, path)
     return None if known is None else DECODERS[known]
-
-
-class TextStream:
-    """A text or reasoning part being streamed: ``write(delta)`` publishes one delta event."""
-
-    _EVENTS: ClassVar[dict[str, tuple[Callable[..., AgentEvent], ...]]] = {
-        "text": (TextStartEvent, TextDeltaEvent, TextEndEvent),
-        "reasoning": (ReasoningStartEvent, ReasoningDeltaEvent, ReasoningEndEvent),
-    }
-
-    def __init__(self, episode: Publisher, kind: str, part_id: str) -> None:
-        if kind not in self._EVENTS:
-            raise ValueError(f"a part is text or reasoning, not {kind!r}")
-        self._episode = episode
-        self.kind = kind
-        self.id = part_id
-        self.parts: list[str] = []
-        self._start, self._delta, self._end = self._EVENTS[kind]
-
-    def start(self) -> None:
-        """Begin the part (its ``-start`` event)."""
-        self._episode.publish(self._start(id=self.id))
-
-    def write(self, delta: str) -> None:
-        """Stream ``delta`` (an empty string publishes nothing)."""
-        if delta:
-            self.parts.append(delta)
-            self._episode.publish(self._delta(id=self.id, delta=delta))
-
-    def close(self, metadata: Mapping[str, Any] | None = None) -> None:
-        """End the part (its ``-end`` event, with what the provider said of it beyond its text, if anything)."""
-        self._episode.publish(self._end(id=self.id, provider_metadata=metadata or None))
-
-    @property
-    def text(self) -> str:
-        """Everything written so far."""
-        return "".join(self.parts)
 
 
 class Turn:

@@ -8,8 +8,9 @@ The names load on first use: pyarrow and pandas are heavy, and the agents write 
 conversation shapes, which need neither.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ors_lab.lazy import lazy as _lazy
 
 if TYPE_CHECKING:
     from ors_lab.analysis.comparison import Comparison, compare
@@ -74,13 +75,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ors_lab.analysis' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = _lazy(__name__, _LAZY)

@@ -34,9 +34,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported for the p-value alone: an evaluation's dashboard follows its baseline's running delta with the
+# rest (pure Python), from the run's first episode on, and numpy takes a tenth of a second to import.
 
 __all__ = [
     "EXACT_TASKS",
@@ -139,6 +145,8 @@ def _method(n: int) -> str:
 
 def sign_flip_p(deltas: Sequence[float]) -> float | None:
     """The two-sided sign-flip permutation p-value of the mean of ``deltas`` (module docstring); None for none."""
+    import numpy as np  # deferred: see above
+
     d = np.asarray(deltas, dtype=np.float64)
     if not len(d):
         return None
@@ -158,6 +166,8 @@ def sign_flip_p(deltas: Sequence[float]) -> float | None:
 def _resampled(magnitudes: np.ndarray) -> np.ndarray:
     """``RESAMPLES`` sums Σ s_i |d_i| over random signs (seeded ``SEED``): the magnitudes shared by several tasks
     as binomial counts of kept signs, the others a random bit each (8 of them a byte, their sums looked up)."""
+    import numpy as np  # deferred: see above
+
     generator = np.random.Generator(np.random.PCG64(SEED))
     values, counts = np.unique(magnitudes, return_counts=True)
     shared, single = values[counts > 1], values[counts == 1]
@@ -173,14 +183,21 @@ def _resampled(magnitudes: np.ndarray) -> np.ndarray:
     return totals
 
 
-_BITS = ((np.arange(256)[:, None] >> np.arange(8)[None, :]) & 1).astype(np.float64)  # byte -> its 8 bits
+@cache
+def _bits() -> np.ndarray:
+    """Byte -> its 8 bits."""
+    import numpy as np  # deferred: see above
+
+    return ((np.arange(256)[:, None] >> np.arange(8)[None, :]) & 1).astype(np.float64)
 
 
 def _bit_sums(generator: np.random.Generator, values: np.ndarray) -> np.ndarray:
     """``RESAMPLES`` sums of ``values`` under random signs, a random byte giving the signs of 8 values: each
     group of 8 has its 256 signed sums tabled once, and a resample adds one entry per group."""
+    import numpy as np  # deferred: see above
+
     padded = np.concatenate([values, np.zeros(-len(values) % 8)]).reshape(-1, 8)
-    table = (2 * _BITS @ padded.T - padded.sum(axis=1)).T.ravel()  # group g, byte b -> table[256 g + b]
+    table = (2 * _bits() @ padded.T - padded.sum(axis=1)).T.ravel()  # group g, byte b -> table[256 g + b]
     groups = len(padded)
     offsets = np.arange(groups, dtype=np.intp) * 256
     totals = np.empty(RESAMPLES)

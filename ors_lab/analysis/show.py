@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ors_lab.recording.columns import LAYERS, METADATA_RUN_ID
 from ors_lab.recording.parts import parts_dir
-from ors_lab.recording.schema import LAYERS, METADATA_RUN_ID
 
 if TYPE_CHECKING:
     import pandas as pd

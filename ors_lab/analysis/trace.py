@@ -45,14 +45,7 @@ import pyarrow.parquet as pq
 from ors_lab import display
 from ors_lab.analysis.conversations.formats import check
 from ors_lab.protocol.errors import TraceFormatError, TraceNotFoundError, TraceTooLargeError
-from ors_lab.recording.parts import (
-    check_metadata,
-    part_files,
-    parts_dir,
-    read_checked,
-    select_rows,
-)
-from ors_lab.recording.schema import (
+from ors_lab.recording.columns import (
     COLUMNS,
     EPISODE_COLUMNS,
     METADATA_CREATED,
@@ -61,11 +54,11 @@ from ors_lab.recording.schema import (
     METADATA_SERVERS,
     METADATA_VERSION,
     RECORD_SOURCE,
-    SCHEMA,
     SCHEMA_VERSION,
-    kind_mask,
-    upgrade,
 )
+from ors_lab.recording.parts import check_metadata, part_files, parts_dir
+from ors_lab.recording.reading import read_checked, select_rows
+from ors_lab.recording.schema import SCHEMA, kind_mask, upgrade
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -12,11 +12,10 @@ from ors_lab.client.tap import (
     SyncRecordingTransport,
     describe_error,
 )
-from ors_lab.client.transport import AiohttpTransport
+from ors_lab.client.wire import WireTransport
 
 __all__ = [
     "EXCHANGES",
-    "AiohttpTransport",
     "AsyncClient",
     "AsyncEnvironment",
     "AsyncSession",
@@ -29,5 +28,6 @@ __all__ = [
     "Runner",
     "Session",
     "SyncRecordingTransport",
+    "WireTransport",
     "describe_error",
 ]

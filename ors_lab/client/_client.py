@@ -20,8 +20,8 @@ from ors_lab.client._guard import _Closable, _ExitGuard
 from ors_lab.client._send import DEFAULT_TIMEOUT, USER_AGENT, _positive, _request_deadline
 from ors_lab.client._session import DELETE_TIMEOUT
 from ors_lab.client.policy import RetryPolicy
-from ors_lab.client.transport import DEFAULT_CONNECTIONS, AiohttpTransport
 from ors_lab.client.url import server_url
+from ors_lab.client.wire import DEFAULT_CONNECTIONS, WireTransport
 from ors_lab.events import EventStream, Subscriber
 from ors_lab.protocol.answers import environment_names
 from ors_lab.protocol.call import MAX_RESULT_BYTES
@@ -95,7 +95,7 @@ class AsyncClient(_Caller):
         if transport is not None and connections != DEFAULT_CONNECTIONS:
             raise ValueError(
                 "connections= bounds the default transport; with transport= bound that transport instead "
-                "(AiohttpTransport(connections=...)), or leave transport= out"
+                "(WireTransport(connections=...)), or leave transport= out"
             )
         default_headers = {"User-Agent": USER_AGENT}
         api_key = api_key if api_key is not None else os.environ.get("ORS_API_KEY")
@@ -114,7 +114,7 @@ class AsyncClient(_Caller):
         )
         self._extensions = {"timeout": self._timeout.as_dict()}
         self._urls: dict[str, tuple[httpx2.URL, str]] = {}  # path -> its URL, and the URL as text
-        self._transport = transport if transport is not None else AiohttpTransport(connections)
+        self._transport = transport if transport is not None else WireTransport(connections)
         self._http = httpx2.AsyncClient(
             headers=default_headers,
             timeout=self._timeout,
@@ -124,7 +124,7 @@ class AsyncClient(_Caller):
         for name in ("accept", "accept-encoding", "connection"):  # HTTP/1.1 defaults: fewer bytes to parse
             if name not in {key.lower() for key in default_headers}:
                 del self._http.headers[name]
-        self._base_headers = self._http.headers.multi_items()  # decoded once, not per request
+        self._base_raw = list(self._http.headers.raw)  # encoded once, as httpx2 encodes them, not per request
         self.events = EventStream()
         self.recorder = recorder
         if recorder is not None:

@@ -20,7 +20,7 @@ import httpx2
 from ors_lab.client._guard import _Closable, _ExitGuard
 from ors_lab.client.policy import BEFORE_SENDING, RetryPolicy, is_starting
 from ors_lab.client.tap import ExchangeTap, describe_error, is_event_stream, unreachable
-from ors_lab.client.transport import QUEUED
+from ors_lab.client.wire import QUEUED
 from ors_lab.events import EventStream, RetryEvent
 from ors_lab.protocol.answers import decode, server_error
 from ors_lab.protocol.call import CallAssembler
@@ -42,6 +42,10 @@ DEFAULT_TIMEOUT = httpx2.Timeout(60.0, connect=10.0)
 USER_AGENT = f"ors-lab/{__version__}"
 URL_TEXT = "ors_lab.url"
 """The request extension holding ``str(request.url)``, made once per path."""
+
+
+_BODY_METHODS = ("POST", "PUT", "PATCH", "QUERY")
+"""The methods httpx2 gives a ``Content-Length: 0`` when they have no body."""
 
 
 def _dumps(value: Any) -> bytes:
@@ -96,7 +100,7 @@ class _Sender:
     _transport: httpx2.AsyncBaseTransport
     _guard: _ExitGuard
     _sessions: set[_Closable]
-    _base_headers: list[tuple[str, str]]
+    _base_raw: list[tuple[bytes, bytes]]
     _urls: dict[str, tuple[httpx2.URL, str]]
     _extensions: dict[str, Any]
     _flavor: str | None
@@ -104,23 +108,30 @@ class _Sender:
     def _request(
         self, method: str, path: str, body: Any, session_id: str | None, *, stream: bool = False
     ) -> httpx2.Request:
-        headers = list(self._base_headers)
-        if session_id is not None:
-            headers.append(("X-Session-ID", session_id))
-        content = None
-        if body is not None:
-            content = _dumps(body)
-            headers.append(("Content-Type", "application/json"))
-        if stream:
-            headers.append(("Accept", "text/event-stream"))
         known = self._urls.get(path)
         if known is None:  # parsing a URL is a good part of a request's cost, and so is its text: once per path
             url = httpx2.URL(self.base_url + path)
             known = (url, str(url))
             if len(self._urls) < 1024:
                 self._urls[path] = known
-        request = httpx2.Request(method, known[0], headers=headers, content=content, extensions=dict(self._extensions))
-        request.extensions[URL_TEXT] = known[1]
+        # the headers as httpx2 would make them from content= (Host first, Content-Length: 0 for a POST with no
+        # body, the body's own last), given whole with stream=: a tenth of the cost, none of it parsing
+        content = b"" if body is None else _dumps(body)
+        headers = [(b"Host", known[0].netloc)]
+        if body is None and method in _BODY_METHODS:
+            headers.append((b"Content-Length", b"0"))
+        headers += self._base_raw
+        if session_id is not None:
+            headers.append((b"X-Session-ID", session_id.encode("ascii")))
+        if body is not None:
+            headers.append((b"Content-Type", b"application/json"))
+        if stream:
+            headers.append((b"Accept", b"text/event-stream"))
+        if body is not None:
+            headers.append((b"Content-Length", str(len(content)).encode("ascii")))
+        request = httpx2.Request(method, known[0], headers=headers, stream=httpx2.ByteStream(content),
+                                 extensions={**self._extensions, URL_TEXT: known[1]})  # fmt: skip
+        request.read()
         return request
 
     async def _json(

@@ -6,8 +6,8 @@ id made here), keeps itself alive with ``POST /ping`` every 10 s for its whole l
 deleted when it closes, whatever ends it. ``call()`` returns a ``ToolResult``; ``ok=False`` is
 data, and infrastructure failures are the typed errors of ``ors_lab.protocol.errors``.
 
-Two seams: ``transport=`` (any ``httpx2.AsyncBaseTransport``; the default sends through aiohttp, at
-most ``connections=`` connections to the server at once: ``ors_lab.client.transport``) and
+Two seams: ``transport=`` (any ``httpx2.AsyncBaseTransport``; the default, ``WireTransport``, sends on HTTP/1.1
+connections of its own, at most ``connections=`` to the server at once: ``ors_lab.client.wire``) and
 ``events``, the client's ``EventStream``: every request, response, network chunk, SSE event,
 comment, retry and session step is published on it, in order, as a typed event
 (``ors_lab.events``). ``recorder=`` subscribes a ``Recorder`` (or any subscriber) to it. An

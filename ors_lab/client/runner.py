@@ -11,14 +11,19 @@ Two ways, chosen once, when the sync ``Client`` is made:
   official ``ors-sdk`` sync client gets wrong, letting idle sessions be reaped.
 
 ``nest_asyncio2`` rather than ``nest_asyncio``: the latter breaks JupyterLab's Run All on
-ipykernel 7 (``shared/notebook-testing.md``).
+ipykernel 7 (``shared/notebook-testing.md``). Of what ``nest_asyncio2.apply`` patches, the loop's
+re-entrant ``run_until_complete`` / ``_run_once`` are kept, and asyncio's own (C) ``Task`` and
+``Future`` are put back in place of the pure-Python ones it sets for the whole process
+(``_keep_native_tasks``): every task and future of the kernel would otherwise run in Python, the
+evaluation's and the kernel's own, for the rest of the session. The nested ``_run_once`` also drops
+cancelled timers as asyncio's own does (``_prune_cancelled_timers``).
 
 Ctrl-C (and the notebook's stop button, which sends SIGINT) becomes a cancel of the running call:
 its cleanup runs as a cancelled task's does (sessions deleted, a trace closed), more Ctrl-C do not
 cut it short (``CLEANUP_TIMEOUT`` bounds the wait), then a bare ``KeyboardInterrupt`` is raised from
 ``run``. For the call's duration a handler of ours takes SIGINT (on the main thread; in a script only
 in place of Python's default one), so the signal never raises inside whatever code happens to run:
-on Jupyter's loop, the library's, aiohttp's or the kernel's own tasks (which could kill the kernel);
+on Jupyter's loop, the library's, the HTTP connections' or the kernel's own tasks (which could kill the kernel);
 in a script, a finalizer that a garbage collection runs in the main thread as the call starts, where
 Python swallows the ``KeyboardInterrupt`` ("Exception ignored in ...") and the call went on to its end.
 The script's wait also wakes every ``WAKE_EVERY`` seconds: a signal that arrives just as the main
@@ -32,7 +37,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import signal
+import sys
 import threading
 import time
 from collections.abc import Coroutine
@@ -61,7 +68,7 @@ ENDING_TIMEOUT = 5.0
 
 class _SigintCancels:
     """While a nested run lasts, Ctrl-C cancels its task instead of raising ``KeyboardInterrupt`` wherever
-    the loop happens to stand (inside aiohttp, inside the kernel's own tasks: that is what killed kernels).
+    the loop happens to stand (inside the HTTP connections, inside the kernel's own tasks: that is what killed kernels).
 
     The first SIGINT schedules the cancel; later ones are ignored (the cleanup is bounded), unless the
     loop has still not run the cancel ``BLOCKED_AFTER`` seconds after the first: then synchronous code
@@ -127,6 +134,8 @@ class Runner:
             import nest_asyncio2  # deferred: needed only inside a running loop (a notebook kernel)
 
             nest_asyncio2.apply(self._loop)
+            _keep_native_tasks(self._loop)
+            _prune_cancelled_timers(self._loop)
             self._thread = None
 
     @property
@@ -248,6 +257,67 @@ class Runner:
         with contextlib.suppress(RuntimeError):  # already closed
             loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
+
+
+def _keep_native_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Undo the part of ``nest_asyncio2.apply`` that makes ``asyncio.Task`` and ``asyncio.Future`` the pure-Python
+    classes (on Python before 3.14), for the whole process: their C twins run a task's step and a future's callbacks
+    at a fraction of the CPU.
+
+    Nesting does not need them: the patched ``_run_once`` takes the running task out of asyncio's current tasks
+    around each callback it runs (and puts it back), so a nested run steps C tasks as a plain loop does; on 3.14
+    nest_asyncio2 keeps the C classes itself. Only when nest_asyncio2 patched both asyncio and this loop (another
+    patcher's loop, such as the archived ``nest_asyncio``'s, is left as it is), and only where asyncio has its C
+    accelerator. Tasks and futures made meanwhile stay as they are: asyncio awaits either kind.
+    """
+    try:
+        import _asyncio  # CPython's C accelerator of asyncio: optional
+    except ImportError:  # no C accelerator: asyncio is pure Python anyway
+        return
+    if not (hasattr(asyncio, "_nest_asyncio2") and hasattr(type(loop), "_nest_asyncio2")):
+        return
+    asyncio.Task = asyncio.tasks.Task = asyncio.tasks._CTask = _asyncio.Task  # type: ignore[misc,attr-defined]
+    asyncio.Future = asyncio.futures.Future = asyncio.futures._CFuture = _asyncio.Future  # type: ignore[misc,attr-defined]
+    tornado = sys.modules.get("tornado.concurrent")  # nest_asyncio2 made tornado's Future the Python one too
+    if tornado is not None and getattr(tornado, "Future", None) is asyncio.futures._PyFuture:  # type: ignore[attr-defined]
+        tornado.Future = _asyncio.Future  # type: ignore[attr-defined]
+
+
+PRUNE_FROM = 100
+"""Timers on the heap from which the nested loop drops the cancelled ones once they are most of it (asyncio's own
+threshold)."""
+
+
+def _prune_cancelled_timers(loop: asyncio.AbstractEventLoop) -> None:
+    """Give the loop's nested ``_run_once`` (nest_asyncio2's) asyncio's own clean-up of cancelled timers.
+
+    nest_asyncio2's ``_run_once`` only takes cancelled timers off the top of the heap, so every timeout a request sets
+    and cancels (some 35 an episode) stays on it until its deadline: each push and pop compares more timers (in
+    Python), and their memory is held. Before each pass, when cancelled timers are most of the heap, the heap is made
+    again without them, as asyncio's own ``_run_once`` does (one pass over it per as many cancels: linear in all).
+    Only on a loop class nest_asyncio2 patched; once.
+    """
+    cls: Any = type(loop)
+    nested = cls._run_once
+    if not hasattr(cls, "_nest_asyncio2") or getattr(nested, "prunes", False):
+        return
+
+    def _run_once(self: Any) -> None:
+        scheduled = self._scheduled
+        if len(scheduled) > PRUNE_FROM and self._timer_cancelled_count * 2 > len(scheduled):
+            kept = []
+            for handle in scheduled:
+                if handle._cancelled:
+                    handle._scheduled = False
+                else:
+                    kept.append(handle)
+            heapq.heapify(kept)
+            self._scheduled = kept
+            self._timer_cancelled_count = 0
+        nested(self)
+
+    _run_once.prunes = True  # type: ignore[attr-defined]
+    cls._run_once = _run_once
 
 
 def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:

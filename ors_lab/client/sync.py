@@ -31,8 +31,8 @@ from ors_lab.client.aclient import (
 )
 from ors_lab.client.policy import RetryPolicy
 from ors_lab.client.runner import Runner
-from ors_lab.client.transport import DEFAULT_CONNECTIONS
 from ors_lab.client.url import server_url
+from ors_lab.client.wire import DEFAULT_CONNECTIONS
 from ors_lab.events import EventStream, Subscriber
 from ors_lab.protocol.call import MAX_RESULT_BYTES
 from ors_lab.protocol.models import Block, Split, Task, ToolResult, ToolSpec

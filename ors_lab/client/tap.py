@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx2
 
-from ors_lab.client.transport import AiohttpTransport
+from ors_lab.client.wire import WireTransport
 from ors_lab.events import (
     ChunkEvent,
     CommentEvent,
@@ -98,7 +98,7 @@ class ExchangeTap:
     """Publishes one exchange's events on ``events``; every event carries the exchange's ``context``
     (``_CONTEXT``, as a dict of keywords for the events' types; its values are the tap's attributes too)."""
 
-    __slots__ = ("agent", "attempt", "call", "context", "events", "exchange", "rollout", "session_id")
+    __slots__ = ("agent", "attempt", "call", "context", "events", "exchange", "rollout", "session_id", "wanted")
 
     def __init__(
         self,
@@ -111,6 +111,7 @@ class ExchangeTap:
         agent: bool = False,
     ) -> None:
         self.events = events
+        self.wanted = events.wanted()  # None: every kind; else the kinds someone takes (only those are made)
         self.session_id = session_id
         self.rollout = rollout
         self.call = call
@@ -119,18 +120,26 @@ class ExchangeTap:
         self.exchange = _exchange_base + next(EXCHANGES)
         self.context: dict[str, Any] = {name: getattr(self, name) for name in _CONTEXT}
 
+    def takes(self, kind: str) -> bool:
+        """True when someone takes events of ``kind``."""
+        return self.wanted is None or kind in self.wanted
+
     def request(self, method: str, url: str, headers: Any, body: bytes | None) -> None:
         """The request, as sent."""
-        self.events.publish(RequestEvent(**self.context, method=method, url=url, headers=headers, body=body))
+        if self.wanted is None or "request" in self.wanted:
+            self.events.publish(RequestEvent(**self.context, method=method, url=url, headers=headers, body=body))
 
     def response(self, status: int, headers: Any, ttfb_ns: int | None, body: bytes | None = None) -> None:
         """The response head, and the whole body of an answer that is not streamed."""
-        self.events.publish(ResponseEvent(**self.context, status=status, headers=headers, ttfb_ns=ttfb_ns, body=body))
+        if self.wanted is None or "response" in self.wanted:
+            self.events.publish(ResponseEvent(**self.context, status=status, headers=headers, ttfb_ns=ttfb_ns,
+                                              body=body))  # fmt: skip
 
     def disconnect(self, error: BaseException | str) -> None:
         """The request or its body broke before the end."""
-        text = error if isinstance(error, str) else describe_error(error)
-        self.events.publish(DisconnectEvent(**self.context, error=text))
+        if self.wanted is None or "disconnect" in self.wanted:
+            text = error if isinstance(error, str) else describe_error(error)
+            self.events.publish(DisconnectEvent(**self.context, error=text))
 
     def reader(self, assembler: CallAssembler | None = None, *, max_line_bytes: int = MAX_LINE_BYTES) -> BodyReader:
         """A reader for the streamed body (``assembler``: a ``/call`` body's, to get its result)."""
@@ -165,7 +174,10 @@ class BodyReader:
         tap, assembler = self.tap, self.assembler
         if tap is not None:
             publish, context = tap.events.publish, tap.context
-            publish(ChunkEvent(**context, size=len(chunk)))
+            if tap.takes("chunk"):
+                publish(ChunkEvent(**context, size=len(chunk)))
+            if not (tap.takes("event") or tap.takes("comment")):
+                tap = None  # nobody takes the stream's items: they are only decoded for the assembler
         try:
             items = self.decoder.feed(chunk)
         except MalformedStreamError:
@@ -223,7 +235,7 @@ class RecordingTransport(httpx2.AsyncBaseTransport):
     def __init__(self, tap_for: TapFor, inner: httpx2.AsyncBaseTransport | None = None) -> None:
         self.tap_for = tap_for
         self._owns_inner = inner is None
-        self.inner = inner if inner is not None else AiohttpTransport()
+        self.inner = inner if inner is not None else WireTransport()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         tap = self.tap_for(request)

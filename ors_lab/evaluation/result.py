@@ -11,17 +11,20 @@ one definition of a step, an episode, a task and the reward reduction
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-import pyarrow as pa
-
-from ors_lab.analysis import episodes_frame, errors_frame, steps_frame, summary_frame, tasks_frame
-from ors_lab.analysis.comparison import Comparison, compare
-from ors_lab.analysis.frames import TOKENS, pass_columns
+from ors_lab import analysis
 from ors_lab.analysis.reduce import Reduction, pass_at_k
-from ors_lab.viewer.report import run_summary
-from ors_lab.viewer.run_summary import RunSummary, run_summary_html, versus_rows
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from ors_lab.analysis.comparison import Comparison
+    from ors_lab.viewer.run_summary import RunSummary
+
+# Its frames, and pandas with them, are made when first read (``ors_lab.analysis`` loads its builders on first use):
+# a run's result is made at its end whether or not anyone reads it, and pandas takes most of a second to import.
 
 __all__ = ["ANALYSIS_KINDS", "EvalResult"]
 
@@ -79,31 +82,33 @@ class EvalResult:
         baseline, result)``; None without one."""
         if self.baseline is None:
             return None
-        return compare(self.baseline, self)
+        return analysis.compare(self.baseline, self)
 
     @cached_property
     def steps(self) -> pd.DataFrame:
         """One row per tool call that returned a result, with its reward and finished flag."""
-        return steps_frame(self.table)
+        return analysis.steps_frame(self.table)
 
     @cached_property
     def episodes(self) -> pd.DataFrame:
         """One row per (task, rollout): reward (reduced), total and final reward, finished, success, steps, error."""
-        return episodes_frame(self.table, reward=self.reward, success_threshold=self.success_threshold,
-                              steps=self.steps)  # fmt: skip
+        return analysis.episodes_frame(self.table, reward=self.reward, success_threshold=self.success_threshold,
+                                       steps=self.steps)  # fmt: skip
 
     @cached_property
     def tasks(self) -> pd.DataFrame:
         """One row per task: episodes, mean reward, stderr, success rate, pass@1 and pass@k, tokens."""
-        return tasks_frame(self.episodes, self._ks())
+        return analysis.tasks_frame(self.episodes, self._ks())
 
     @cached_property
     def errors(self) -> pd.DataFrame:
         """One row per episode that failed, with the error's type and message."""
-        return errors_frame(self.episodes)
+        return analysis.errors_frame(self.episodes)
 
     def pass_at(self, k: int) -> pd.Series:
         """pass@k per task (unbiased estimator), indexed by task index."""
+        import pandas as pd  # deferred: see above
+
         counts = self.episodes.groupby("task_index", sort=True)["success"]
         values = {int(str(index)): pass_at_k(len(group), int(group.sum()), k) for index, group in counts}
         return pd.Series(values, name=f"pass@{k}", dtype="float64")
@@ -111,7 +116,10 @@ class EvalResult:
     def summary(self) -> pd.DataFrame:
         """The run in one row: episodes, tasks, mean reward and its stderr, success rate, pass@k, errors, time;
         a ``note`` naming ``success_threshold`` when no episode reached it though rewards are positive."""
-        frame = summary_frame(self.episodes, self._ks(), success_threshold=self.success_threshold)
+        import pandas as pd  # deferred: see above
+        import pyarrow as pa
+
+        frame = analysis.summary_frame(self.episodes, self._ks(), success_threshold=self.success_threshold)
         frame["elapsed_s"] = pd.Series([self.elapsed_s], dtype=pd.ArrowDtype(pa.float64()))
         return frame
 
@@ -120,6 +128,10 @@ class EvalResult:
 
     def table_text(self) -> str:
         """The summary as aligned text (what ``ors-lab eval`` prints)."""
+        import pandas as pd  # deferred: see above
+
+        from ors_lab.analysis.frames import TOKENS  # deferred: pandas
+
         lines = []
         for name, value in self.summary().iloc[0].items():
             if name in ("environments", "splits") or (name in (*TOKENS, "error_types", "note") and pd.isna(value)):
@@ -137,9 +149,14 @@ class EvalResult:
         """A summary card (rewards, pass@k and errors first; the trace last), the last errors, a small
         grid of the episodes coloured by reward, and the per-task table (``ors_lab.viewer.run_summary``). A plain
         ``str``: marimo's encoder turns a ``str`` subclass (``Markup``) into ``{}``."""
+        from ors_lab.viewer.run_summary import run_summary_html  # deferred: pandas, as the frames
+
         return str(run_summary_html(self._summary_figures()))
 
     def _summary_figures(self) -> RunSummary:
+        from ors_lab.viewer.report import run_summary  # deferred: pandas, as the frames
+        from ors_lab.viewer.run_summary import versus_rows
+
         summary = run_summary(self.episodes, self._ks(), environment=self.environment, split=self.split,
                               rollouts=self.rollouts, agent=self.agent, elapsed_s=self.elapsed_s, resumed=self.resumed,
                               ids=[("trace", self.trace)] if self.trace else [],
@@ -152,6 +169,10 @@ class EvalResult:
     def __repr__(self) -> str:
         if not len(self):
             return f"EvalResult({self.environment}/{self.split}: no episodes)"
+        import pandas as pd  # deferred: see above
+
+        from ors_lab.analysis.frames import pass_columns  # deferred: pandas
+
         row: Any = self.summary().iloc[0]
         passes = ", ".join(f"{name} {row[name]:.3f}" for name in pass_columns(self._ks()) if not pd.isna(row[name]))
         stderr = f" ± {row['stderr']:.3f}" if not pd.isna(row["stderr"]) else ""

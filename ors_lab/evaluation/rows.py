@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import threading
 import time
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING
 
 from ors_lab.evaluation.result import ANALYSIS_KINDS
 from ors_lab.events import Event
 from ors_lab.recording.recorder import Recorder
 from ors_lab.recording.redact import Redactor
 from ors_lab.recording.rows import Rows
-from ors_lab.recording.schema import SCHEMA
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# pyarrow is imported where the rows are made into tables: on the recorder's writer thread, every BATCH rows of a run
+# that records nothing, and at the run's end; not before its first episodes (importing it takes a third of a second)
 
 __all__ = ["UNREAD", "RecordedRows", "ResultRows", "of_sessions", "slim", "without"]
 
@@ -30,6 +33,8 @@ UNREAD = ("method", "url", "status", "headers", "body", "event", "sse_id", "retr
 
 
 def slim(table: pa.Table) -> pa.Table:
+    import pyarrow as pa  # deferred: see above
+
     for name in UNREAD:
         index = table.schema.get_field_index(name)
         field = table.schema.field(index)
@@ -58,12 +63,18 @@ class RecordedRows:
         self._sessions.add(event.session_id)
 
     def _take(self, table: pa.Table) -> None:
+        import pyarrow.compute as pc  # deferred: see above
+
         present = set(pc.unique(table["session_id"]).to_pylist())
         mine = of_sessions(table, present & self._sessions)  # the part's sessions: a small set to look up
         requests = pc.equal(mine["kind"], "request")
         self._tables.append(slim(mine.filter(pc.or_(pc.invert(requests), pc.is_valid(mine["call"])))))
 
     def table(self) -> pa.Table:
+        import pyarrow as pa  # deferred: see above
+
+        from ors_lab.recording.schema import SCHEMA  # deferred: pyarrow
+
         self._stop()
         return without(pa.concat_tables(self._tables) if self._tables else SCHEMA.empty_table(), self._lost)
 
@@ -104,6 +115,8 @@ class ResultRows:
                 self._tables.append(slim(self._rows.table()))
 
     def table(self) -> pa.Table:
+        import pyarrow as pa  # deferred: see above
+
         with self._lock:
             tables = [*self._tables, slim(self._rows.table())]
         return without(pa.concat_tables(tables), self._lost)
@@ -113,11 +126,17 @@ def without(table: pa.Table, sessions: set[str]) -> pa.Table:
     """``table`` less the rows of ``sessions``."""
     if not sessions:
         return table
+    import pyarrow as pa  # deferred: see above
+    import pyarrow.compute as pc
+
     return table.filter(pc.invert(pc.is_in(table["session_id"], value_set=pa.array(sorted(sessions), pa.string()))))
 
 
 def of_sessions(table: pa.Table, sessions: set[str | None]) -> pa.Table:
     """The rows of ``sessions`` in a table of trace rows that the result is built from."""
+    import pyarrow as pa  # deferred: see above
+    import pyarrow.compute as pc
+
     mask = pc.and_(
         pc.is_in(table["kind"], value_set=pa.array(ANALYSIS_KINDS, pa.string())),
         pc.is_in(table["session_id"], value_set=pa.array([s for s in sessions if s is not None], pa.string())),

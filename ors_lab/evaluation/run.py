@@ -73,35 +73,39 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from ors_lab import display
 from ors_lab.agents.episode import Agent
 from ors_lab.agents.policy import Policy, as_agent
-from ors_lab.analysis.frames import finished_episodes
 from ors_lab.analysis.reduce import Reduction, check_reduction
-from ors_lab.analysis.runs import Run
-from ors_lab.analysis.trace import Trace, load_trace
 from ors_lab.client import AsyncEnvironment, Environment, Runner
 from ors_lab.client.runner import CLEANUP_TIMEOUT
 from ors_lab.client.shielding import outlast_cancel
 from ors_lab.display import Live
-from ors_lab.evaluation.baseline import Baseline, read_baseline
 from ors_lab.evaluation.episode import Job, client_options, run_episode
-from ors_lab.evaluation.ray import RayBackend, RayRun
 from ors_lab.evaluation.result import EvalResult
 from ors_lab.evaluation.rows import RecordedRows, ResultRows, of_sessions, slim
 from ors_lab.evaluation.specs import TaskSpecs, describe, the_split
 from ors_lab.events import AGENT_KINDS, CloseEvent, EpisodeEvent, Event, EventStream, Subscriber
-from ors_lab.feed.server import Feed
 from ors_lab.protocol.errors import TraceExistsError, TraceFormatError
-from ors_lab.recording.parts import parts_dir
+from ors_lab.recording.parts import part_files, parts_dir
 from ors_lab.recording.recorder import Recorder
-from ors_lab.replay.agent import AgentReplayTransport
 from ors_lab.viewer.run import RunState
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ors_lab.analysis.runs import Run
+    from ors_lab.analysis.trace import Trace
+    from ors_lab.evaluation.baseline import Baseline
+    from ors_lab.evaluation.ray import RayBackend, RayRun
+    from ors_lab.feed.server import Feed
+    from ors_lab.replay.agent import AgentReplayTransport
+
+# What a run needs only when it is asked for is imported then (each import below, in a function, says what): Ray, a
+# feed's server, a baseline's and a resumed trace's reading, an LLM replay, pyarrow and pandas. A fresh process's
+# first evaluate() reaches its first episode without them: pandas and pyarrow alone take most of a second to import.
 
 __all__ = ["EvaluationInterrupted", "aevaluate", "discard_unstarted", "evaluate", "last_result", "trace_exists"]
 
@@ -225,11 +229,18 @@ async def _evaluate(
     if o.max_steps is not None and o.max_steps < 1:
         raise ValueError(f"max_steps must be 1 or more (or None), not {o.max_steps}")
     check_reduction(o.reward)
-    if o.backend is not None and not isinstance(o.backend, RayBackend):
-        raise TypeError(f"backend takes None or an ors_lab.RayBackend, not {o.backend!r}")
+    if o.backend is not None:
+        from ors_lab.evaluation.ray import RayBackend, RayRun  # deferred: a run on Ray (see above)
+
+        if not isinstance(o.backend, RayBackend):
+            raise TypeError(f"backend takes None or an ors_lab.RayBackend, not {o.backend!r}")
     split = await the_split(aenv, o.split)
     o = dataclasses.replace(o, split=split)
-    versus = read_baseline(o.baseline, aenv.name, split)  # a baseline it cannot compare with fails here, at once
+    versus = None
+    if o.baseline is not None:
+        from ors_lab.evaluation.baseline import read_baseline  # deferred: reading a run (see above)
+
+        versus = read_baseline(o.baseline, aenv.name, split)  # a baseline it cannot compare with fails here, at once
     if o.backend is None:
         return await _run(aenv, agent, o, ending, None, versus)
     job = Job(aenv.name, split, o.max_steps, o.timeout, o.reward, o.success_threshold, _agent_name(agent),
@@ -424,7 +435,11 @@ def _end_progress(state: RunState, view: Live, stopped_by: BaseException | None)
 
 def _open_feed(feed: int | Feed | None) -> Feed | None:
     """The run's feed: the caller's, or one started on the port given (closed with the run)."""
-    if feed is None or isinstance(feed, Feed):
+    if feed is None:
+        return None
+    from ors_lab.feed.server import Feed  # deferred: a feed's server (see above)
+
+    if isinstance(feed, Feed):
         return feed
     if isinstance(feed, bool) or not isinstance(feed, int):
         raise TypeError(f"feed takes a port number (0: a free one) or an ors_lab.Feed, not {feed!r}")
@@ -473,6 +488,9 @@ def _episode_records(table: pa.Table | None, sessions: set[str]) -> list[dict[st
     """The outcomes (``episode`` rows' records) of the resumed sessions, as the trace holds them."""
     if table is None or not sessions:
         return []
+    import pyarrow as pa  # deferred: a resumed trace's rows (see above)
+    import pyarrow.compute as pc
+
     mask = pc.and_(
         pc.and_(pc.equal(table["kind"], "episode"), pc.equal(table["layer"], "agent")),
         pc.is_in(table["session_id"], value_set=pa.array(sorted(sessions), pa.string())),
@@ -506,6 +524,8 @@ def _result(
 ) -> EvalResult:
     table = rows.table()
     if resumed_rows is not None:
+        import pyarrow as pa  # deferred: a resumed trace's rows (see above)
+
         table = pa.concat_tables([slim(of_sessions(resumed_rows, set(resumed))), table])
     assert o.split is not None  # resolved by _evaluate
     return EvalResult(
@@ -606,7 +626,12 @@ def _llm_transport(
     llm_replay: str | os.PathLike[str] | Trace | AgentReplayTransport | None,
 ) -> AgentReplayTransport | None:
     """What the episodes' ``llm_client()`` sends through: None (the wire), or the replay of ``llm_replay``."""
-    if llm_replay is None or isinstance(llm_replay, AgentReplayTransport):
+    if llm_replay is None:
+        return None
+    from ors_lab.analysis.trace import Trace  # deferred: an LLM replay (see above)
+    from ors_lab.replay.agent import AgentReplayTransport
+
+    if isinstance(llm_replay, AgentReplayTransport):
         return llm_replay
     if isinstance(llm_replay, Trace | str | os.PathLike):
         return AgentReplayTransport(llm_replay)
@@ -617,6 +642,8 @@ def _replay_path(llm_replay: str | os.PathLike[str] | Trace | AgentReplayTranspo
     """The trace a Ray run's workers each open for ``llm_replay``: its path (a transport or a Trace is not shipped)."""
     if llm_replay is None:
         return None
+    from ors_lab.analysis.trace import Trace  # deferred: an LLM replay (see above)
+
     if isinstance(llm_replay, str | os.PathLike):
         return os.fspath(llm_replay)
     if isinstance(llm_replay, Trace):
@@ -680,9 +707,13 @@ def _open_recorder(
         record.flush()  # its rows still in memory are episodes to skip too
     path = Path(record) if not isinstance(record, Recorder) else record.path
     exists = trace_exists(path)
-    table = load_trace(path).table if exists and resume else None
+    table = None
     done: dict[Key, str] = {}
-    if table is not None:
+    if exists and resume:
+        from ors_lab.analysis.frames import finished_episodes  # deferred: a resumed trace's reading (see above)
+        from ors_lab.analysis.trace import load_trace
+
+        table = load_trace(path).table
         done = {key: sid for key, sid in finished_episodes(table).items() if key[:2] == (environment, split)}
     if isinstance(record, Recorder):
         return record, own, done, table, False
@@ -698,14 +729,20 @@ def _open_recorder(
 
 
 def trace_exists(path: Path) -> bool:
-    """Whether a trace is at ``path``: its file, or the parts of an unfinished recording."""
-    return path.is_file() or parts_dir(path).is_dir()
+    """Whether a trace is at ``path``: its file, or the parts of an unfinished recording (a parts folder with no
+    part in it, as a recorder just made leaves it, holds no trace)."""
+    return path.is_file() or bool(part_files(parts_dir(path)))
 
 
 def discard_unstarted(path: str | os.PathLike[str]) -> bool:
     """Remove the closed trace at ``path`` (with its parts) if it holds no session: what a run that failed
     before its first episode (an unknown environment or split, a server down) leaves. Only for a trace the run
     created; a trace with any session, or one that cannot be read, stays. True when it was removed."""
+    import pyarrow as pa  # deferred: reading the trace (see above)
+    import pyarrow.compute as pc
+
+    from ors_lab.analysis.trace import load_trace
+
     path = Path(path)
     try:
         kinds = load_trace(path).select(["kind"])["kind"]  # that column only

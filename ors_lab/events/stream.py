@@ -184,6 +184,9 @@ def _not_recorded(event: Event, subscription: Subscription, exc: Exception) -> E
     return error
 
 
+_changes = [0]
+"""How many times a subscription was made or removed on any stream (what ``EventStream.wanted`` is kept until)."""
+
 _CAPTURING: ContextVar[EventStream | None] = ContextVar("ors_lab_capturing_stream", default=None)
 """The stream the running code captures into (``EventStream.capture``), if any."""
 
@@ -199,6 +202,7 @@ class EventStream:
         self.parent = parent
         self._subscriptions: tuple[Subscription, ...] = ()
         self._lock = threading.Lock()
+        self._wanted: tuple[int, frozenset[str] | None] | None = None  # (the change it was made at, wanted())
 
     def __repr__(self) -> str:
         return f"EventStream({len(self._subscriptions)} subscribers{', with a parent' if self.parent else ''})"
@@ -225,6 +229,26 @@ class EventStream:
                 return capturing
             stream = stream.parent
         return self
+
+    def wanted(self) -> frozenset[str] | None:
+        """The kinds someone here or up the chain of parents takes: None when some subscriber takes every kind
+        (publishers build only the events someone takes). Kept until a subscription changes anywhere."""
+        cached = self._wanted
+        if cached is not None and cached[0] == _changes[0]:
+            return cached[1]
+        kinds: set[str] = set()
+        everything = False
+        stream: EventStream | None = self
+        while stream is not None and not everything:
+            for subscription in stream._subscriptions:
+                if subscription.kinds is None:
+                    everything = True
+                    break
+                kinds |= subscription.kinds
+            stream = stream.parent
+        wanted = None if everything else frozenset(kinds)
+        self._wanted = (_changes[0], wanted)
+        return wanted
 
     @property
     def active(self) -> bool:
@@ -274,11 +298,13 @@ class EventStream:
         subscription.required = required
         with self._lock:
             self._subscriptions = (*self._subscriptions, subscription)
+            _changes[0] += 1
         return subscription
 
     def _remove(self, subscription: Subscription) -> None:
         with self._lock:
             self._subscriptions = tuple(s for s in self._subscriptions if s is not subscription)
+            _changes[0] += 1
 
     def publish(self, event: Event) -> None:
         """Hand ``event`` to every subscriber, in the order they subscribed, then to the parent stream.

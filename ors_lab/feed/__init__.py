@@ -10,10 +10,13 @@ events. Their old names here still work, as deprecated aliases.
 
 import importlib
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ors_lab.feed.reader import FeedReader, feed_url
-from ors_lab.feed.server import FEED_KINDS, Feed
+from ors_lab.lazy import lazy as _lazy
+
+if TYPE_CHECKING:
+    from ors_lab.feed.reader import FeedReader, feed_url
+    from ors_lab.feed.server import FEED_KINDS, Feed
 
 __all__ = [
     "FEED_KINDS",
@@ -33,9 +36,15 @@ _ABOVE = {
 feed itself never imports a layer above its own)."""
 
 
+_own, __dir__ = _lazy(__name__, {"FEED_KINDS": "ors_lab.feed.server", "Feed": "ors_lab.feed.server",
+                                 "FeedReader": "ors_lab.feed.reader", "feed_url": "ors_lab.feed.reader"})  # fmt: skip
+"""Its own names load on first use: a run's dashboard reads the feed's plan (``ors_lab.feed.plan``) without the
+feed's server and reader."""
+
+
 def __getattr__(name: str) -> Any:
     if name in _ABOVE:
         warnings.warn(f"ors_lab.feed.{name} moved to {_ABOVE[name]}.{name}; the old name will go", DeprecationWarning,
                       stacklevel=2)  # fmt: skip
         return getattr(importlib.import_module(_ABOVE[name]), name)
-    raise AttributeError(f"module 'ors_lab.feed' has no attribute {name!r}")
+    return _own(name)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ors_lab.recording.schema import METADATA_SERVERS
+from ors_lab.recording.columns import METADATA_SERVERS
 
 __all__ = ["write_appended"]
 

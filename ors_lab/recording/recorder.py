@@ -23,6 +23,10 @@ How a trace is written, and why it survives a crash:
 - A row is kept whole or not at all, in ``seq`` order, under one lock, whichever thread gives it.
 
 ``emit(kind, **columns)`` writes a row by hand, for rows no event type describes.
+
+pyarrow is imported by the writer thread, when it converts its first rows, not by the recorder's maker: importing
+it takes a third of a second, and a run's first episodes are recorded without it (a trace appended to is read with
+it when it is reopened).
 """
 
 from __future__ import annotations
@@ -39,28 +43,27 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, Self
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any, NoReturn, Self
 
 from ors_lab.events import Event
 from ors_lab.protocol.errors import TraceExistsError
-from ors_lab.recording.lock import LOCK_NAME, TraceLock
-from ors_lab.recording.parts import PART, part_files, parts_dir, read_checked, remove_stale, reopen
-from ors_lab.recording.redact import Redactor
-from ors_lab.recording.rows import Rows
-from ors_lab.recording.schema import (
+from ors_lab.recording.columns import (
     METADATA_CREATED,
     METADATA_PARTIAL,
     METADATA_RUN_ID,
     METADATA_SCHEMA_VERSION,
     METADATA_SERVERS,
     METADATA_VERSION,
-    SCHEMA,
     SCHEMA_VERSION,
 )
+from ors_lab.recording.lock import LOCK_NAME, TraceLock
+from ors_lab.recording.parts import PART, part_files, parts_dir, remove_stale
+from ors_lab.recording.redact import Redactor
+from ors_lab.recording.rows import Rows
 from ors_lab.version import __version__
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["Recorder"]
 
@@ -76,7 +79,6 @@ dictionary they overflow). Measured on evaluation traces: a quarter smaller, and
 _EXISTS = (
     "{path} already holds a trace; pass append=True to add to it, overwrite=True to replace it, or choose another path"
 )
-IPC_OPTIONS = pa.ipc.IpcWriteOptions(use_threads=False)  # no pool threads taking the cores from the client
 
 
 class Recorder:
@@ -130,7 +132,7 @@ class Recorder:
                 remove_stale(self.path, self.parts)
                 if self.path.exists() or part_files(self.parts):  # a run killed before its close left parts
                     raise TraceExistsError(_EXISTS.format(path=self.path), path=str(self.path))
-            first_part, first_seq, first_ns, servers = reopen(self.path, self.parts) if append else (0, 0, 0, set())
+            first_part, first_seq, first_ns, servers = _reopen(self.path, self.parts) if append else (0, 0, 0, set())
         except BaseException:
             self._lock_file.release()
             raise
@@ -304,8 +306,11 @@ class Recorder:
         name = f"part-{self._part_index:09d}{PART}"
         self._part_index += 1
         tmp = self.parts / f".{name}.tmp"
+        import pyarrow as pa  # deferred: the writer thread imports it (see the module docstring)
+
         try:
-            with pa.ipc.new_file(tmp, table.schema, options=IPC_OPTIONS) as writer:
+            options = pa.ipc.IpcWriteOptions(use_threads=False)  # no pool threads taking the cores from the client
+            with pa.ipc.new_file(tmp, table.schema, options=options) as writer:
                 writer.write_table(table)
             os.replace(tmp, self.parts / name)
         except BaseException:
@@ -351,6 +356,12 @@ class Recorder:
 
     def _compact(self) -> None:
         """Write the parts, in order, as the Parquet file ``path`` (a hidden temporary file, renamed into place)."""
+        import pyarrow as pa  # deferred (see the module docstring)
+        import pyarrow.parquet as pq
+
+        from ors_lab.recording.reading import read_checked
+        from ors_lab.recording.schema import SCHEMA
+
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         schema = SCHEMA.with_metadata(self._metadata(partial=False))
         try:
@@ -388,3 +399,10 @@ class Recorder:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await asyncio.to_thread(self.close)
+
+
+def _reopen(path: Path, parts: Path) -> tuple[int, int, int, set[str]]:
+    """``ors_lab.recording.reading.reopen``: a trace appended to is read (with pyarrow) when it is reopened."""
+    from ors_lab.recording.reading import reopen  # deferred: pyarrow (see the module docstring)
+
+    return reopen(path, parts)

@@ -26,11 +26,9 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from ors_lab.events import (
     AgentEvent,
@@ -62,17 +60,18 @@ from ors_lab.events import (
     wall_ns,
 )
 from ors_lab.events import compact_json as _compact
+from ors_lab.recording.columns import COLUMNS, EPISODE_COLUMNS, KIND_LAYER
 from ors_lab.recording.redact import Redactor, is_create_url
-from ors_lab.recording.schema import EPISODE_COLUMNS, KIND_LAYER, SCHEMA
 
-__all__ = ["ROW_FIELDS", "STAMPED", "Rows", "compact_json"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["STAMPED", "Rows", "compact_json", "row_fields"]
 
 log = logging.getLogger("ors_lab.recording")
 
 STAMPED = ("run_id", "wall")
 """The columns computed for a whole table at once; every other one is kept per row."""
-ROW_FIELDS = [field for field in SCHEMA if field.name not in STAMPED]
-_FIELD = {field.name: field for field in SCHEMA}
 CONTEXT = ("environment", "split", "task_index", "task")
 NO_CONTEXT: tuple[Any, ...] = (None, None, None, None)
 NO_CALL: tuple[str | None, str | None] = (None, None)
@@ -167,7 +166,37 @@ class RAW:
     """The type of a row written by hand (``add_row``): every column's value, context filled in."""
 
 
-_RAW_NAMES = tuple(field.name for field in ROW_FIELDS if field.name != "seq")
+_ROW_NAMES = tuple(name for name in COLUMNS if name not in STAMPED)
+_RAW_NAMES = tuple(name for name in _ROW_NAMES if name != "seq")
+
+
+# Arrow, imported when the first rows are converted (on the recorder's writer thread) or a row is written by hand:
+# importing pyarrow takes a third of a second, and a run's first episodes are recorded without it.
+
+
+def _pa() -> Any:
+    import pyarrow  # deferred: see above
+
+    return pyarrow
+
+
+def _pc() -> Any:
+    import pyarrow.compute  # deferred: see above
+
+    return pyarrow.compute
+
+
+@functools.cache
+def _schema() -> pa.Schema:
+    from ors_lab.recording.schema import SCHEMA
+
+    return SCHEMA
+
+
+@functools.cache
+def row_fields() -> list[pa.Field]:
+    """The schema's fields kept per row (all but ``STAMPED``)."""
+    return [field for field in _schema() if field.name not in STAMPED]
 
 
 class Rows:
@@ -338,11 +367,11 @@ class Rows:
     def add_row(self, kind: str, t_ns: int, columns: Mapping[str, Any]) -> None:
         """Keep one row given as column values (see ``Recorder.emit``); raises ``TypeError`` for a row
         it cannot store whole, keeping nothing of it."""
-        row: dict[str, Any] = {field.name: None for field in ROW_FIELDS if field.name != "seq"}
+        row: dict[str, Any] = dict.fromkeys(_RAW_NAMES)
         for name, value in columns.items():
             if name in ("seq", "t_ns", *STAMPED, "kind"):
                 raise TypeError(f"{name!r} is stamped by the recorder; emit() takes the other columns")
-            field = _FIELD.get(name)
+            field = _schema().field(name) if name in COLUMNS else None
             if field is None:
                 raise TypeError(f"{name!r} is not a trace column; see docs/trace-format.md for the columns")
             if name == "headers":
@@ -507,6 +536,7 @@ class Rows:
             columns["seq"] = seqs
             columns["t_ns"] = [t - t0 for t in columns["t_ns"]]
             parts.append(_table(columns, len(seqs)))
+        pa, pc = _pa(), _pc()
         table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         table = self._with_context(table)
         if self._patterns:
@@ -524,18 +554,20 @@ class Rows:
             self._workers.pop(self._ended.popleft()[1], None)
         wall = pc.add(pc.divide(table["t_ns"], 1000), wall_ns(self.t0) // 1000)
         run_id = pa.repeat(pa.scalar(self.run_id, pa.string()), table.num_rows)
-        table = table.append_column("run_id", run_id).append_column("wall", wall.cast(SCHEMA.field("wall").type))
-        return table.select(SCHEMA.names).cast(SCHEMA)
+        schema = _schema()
+        table = table.append_column("run_id", run_id).append_column("wall", wall.cast(schema.field("wall").type))
+        return table.select(list(COLUMNS)).cast(schema)
 
     def _with_context(self, table: pa.Table) -> pa.Table:
         """Each row's session context and tool call context, where the row gives none itself."""
+        pa, pc = _pa(), _pc()
         sessions = pc.unique(table["session_id"]).drop_null().to_pylist()
         if not sessions:
             return table
         contexts = [self._sessions.get(sid, NO_CONTEXT) for sid in sessions]
         where = pc.index_in(table["session_id"], value_set=pa.array(sessions, pa.string()))
         for position, name in enumerate(CONTEXT):
-            known = pa.array([context[position] for context in contexts], type=_FIELD[name].type)
+            known = pa.array([context[position] for context in contexts], type=_schema().field(name).type)
             table = _fill(table, name, known.take(where))
         if self._workers:
             workers = pa.array([self._workers.get(sid) for sid in sessions], pa.string())
@@ -553,31 +585,32 @@ class Rows:
         return table
 
     def _redacted_texts(self, table: pa.Table) -> pa.Table:
-        text = self.redactor.text
+        text, schema = self.redactor.text, _schema()
         for name in TEXTS:
             values = [None if v is None else text(v) for v in table[name].to_pylist()]
-            table = table.set_column(
-                table.schema.get_field_index(name), _FIELD[name], pa.array(values, _FIELD[name].type)
-            )
+            field = schema.field(name)
+            table = table.set_column(table.schema.get_field_index(name), field, _pa().array(values, field.type))
         return table
 
     def table(self) -> pa.Table:
         """Every row kept so far, taken, as one table (empty: the schema, no rows)."""
         taken = self.swap()
-        return self.convert(taken) if taken[1] else SCHEMA.empty_table()
+        return self.convert(taken) if taken[1] else _schema().empty_table()
 
 
 def _table(columns: Columns, rows: int) -> pa.Table:
     """A group's columns as a table of every row field (those it does not fill are null)."""
+    pa, fields = _pa(), row_fields()
     arrays = []
-    for field in ROW_FIELDS:
+    for field in fields:
         values = columns.get(field.name)
         arrays.append(pa.nulls(rows, field.type) if values is None else _array(field, values))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(ROW_FIELDS))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def _array(field: pa.Field, values: Sequence[Any]) -> pa.Array:
     """One column; a value its column cannot hold is stored as null (and logged)."""
+    pa = _pa()
     try:
         return pa.array(values, type=field.type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
@@ -598,7 +631,7 @@ def _fill(table: pa.Table, name: str, known: pa.Array) -> pa.Table:
     column = table.column(index)
     if column.null_count == 0:
         return table
-    return table.set_column(index, table.schema.field(index), pc.coalesce(column, known))
+    return table.set_column(index, table.schema.field(index), _pc().coalesce(column, known))
 
 
 def _episode_figures(record: str | None) -> dict[str, Any]:
@@ -612,12 +645,16 @@ def _episode_figures(record: str | None) -> dict[str, Any]:
         raise TypeError(f"an episode row's data is its record, a JSON object: {record!r:.80} is not JSON") from exc
     if not isinstance(value, dict):
         raise TypeError(f"an episode row's data is its record, a JSON object, not {record!r:.80}")
-    return {name: None if value.get(name) is None else _cell(_FIELD[name], value[name]) for name in EPISODE_COLUMNS}
+    schema = _schema()
+    return {
+        name: None if value.get(name) is None else _cell(schema.field(name), value[name]) for name in EPISODE_COLUMNS
+    }
 
 
 def _cell(field: pa.Field, value: Any) -> Any:
     """``value`` as its column ``field`` stores it (a string column takes any JSON-able value, as its
     JSON text); ``TypeError`` naming the column when it cannot hold it."""
+    pa = _pa()
     kind = field.type
     if type(value) is str and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         return value

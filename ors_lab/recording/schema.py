@@ -1,4 +1,5 @@
-"""The trace schema: one declared Arrow schema, one row per timed event.
+"""The trace schema: one declared Arrow schema, one row per timed event (the columns by name, the kinds, the
+versions and the metadata keys are ``ors_lab.recording.columns``, with no Arrow).
 
 ``docs/trace-format.md`` describes every column; a test keeps the two in step. The file-level
 metadata (``METADATA_*`` keys) records the schema version, the ors_lab version, the creation time,
@@ -14,31 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from ors_lab.events import AGENT_KINDS, EVENT_TYPES, AgentEvent
+from ors_lab.events import AGENT_KINDS
+from ors_lab.recording.columns import ADDED_COLUMNS, COLUMNS, EPISODE_COLUMNS, RECORD_SOURCE
 
-__all__ = [
-    "ADDED_COLUMNS",
-    "AGENT_KINDS",
-    "COLUMNS",
-    "EPISODE_COLUMNS",
-    "KIND_LAYER",
-    "LAYERS",
-    "SCHEMA",
-    "SCHEMA_VERSION",
-    "episode_columns",
-    "kind_mask",
-    "upgrade",
-]
-
-SCHEMA_VERSION = "6"  # 2: exchange; 3: rollout; 4: the token columns; 5: worker; 6: the episode columns
-READABLE_VERSIONS = ("2", "3", "4", "5", "6")
-
-METADATA_SCHEMA_VERSION = b"ors_lab.schema_version"
-METADATA_VERSION = b"ors_lab.version"
-METADATA_CREATED = b"ors_lab.created"
-METADATA_SERVERS = b"ors_lab.servers"
-METADATA_RUN_ID = b"ors_lab.run_id"
-METADATA_PARTIAL = b"ors_lab.partial"
+__all__ = ["AGENT_KINDS", "SCHEMA", "episode_columns", "kind_mask", "upgrade"]
 
 SCHEMA = pa.schema(
     [
@@ -100,19 +80,6 @@ SCHEMA = pa.schema(
         pa.field("worker", pa.string()),
     ]
 )
-
-ADDED_COLUMNS = {
-    "3": ("rollout",),
-    "4": ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens"),
-    "5": ("worker",),
-    "6": ("total_reward", "final_reward", "success", "finish_reason", "duration_s", "started", "error_type"),
-}
-"""The columns each schema version added: an older trace reads with them null, but for the episode columns
-(``EPISODE_COLUMNS``), which are read from its episode rows' records."""
-EPISODE_COLUMNS = ADDED_COLUMNS["6"]
-"""An ``episode`` row's figures beside its reward, finished, error and tokens: its record's (``data``), typed."""
-RECORD_SOURCE = ("kind", "layer", "data")
-"""The columns a trace older than version 6 needs to give its episode columns (``upgrade``)."""
 
 
 def upgrade(table: pa.Table, version: str, columns: Sequence[str] | None = None) -> pa.Table:
@@ -187,10 +154,5 @@ def kind_mask(kind: pa.ChunkedArray | pa.Array, kinds: Sequence[str]) -> pa.Chun
     return pa.chunked_array(masks, pa.bool_())
 
 
-COLUMNS = tuple(SCHEMA.names)
-
-LAYERS = ("http", "sse", "call", "session", "agent")
-
-KIND_LAYER = {kind: cls.LAYER for kind, cls in EVENT_TYPES.items() if not issubclass(cls, AgentEvent)}
-"""Every kind of row the client and the proxy write, and its layer. The agent kinds (``AGENT_KINDS``,
-from ``ors_lab.events``) and any kind a writer names itself use layer "agent"."""
+if tuple(SCHEMA.names) != COLUMNS:  # one list of names, two places: kept in step
+    raise RuntimeError(f"the trace schema's columns {SCHEMA.names} are not ors_lab.recording.columns.COLUMNS")

@@ -59,8 +59,8 @@ from starlette.routing import Route
 from ors_lab.asgi import listen, run_app, serve_app
 from ors_lab.client.policy import OUTCOME_HEADER
 from ors_lab.client.tap import BodyReader, ExchangeTap, describe_error, is_event_stream
-from ors_lab.client.transport import AiohttpTransport
 from ors_lab.client.url import server_url
+from ors_lab.client.wire import WireTransport
 from ors_lab.events import (
     CallErrorEvent,
     CloseEvent,
@@ -130,7 +130,7 @@ class RecordingProxy:
     def _client(self) -> httpx2.AsyncClient:
         if self._http is None:
             self._http = httpx2.AsyncClient(  # unbounded: it forwards what its clients send, bounded by their own
-                transport=AiohttpTransport(connections=None),
+                transport=WireTransport(connections=None),
                 timeout=httpx2.Timeout(None, connect=10.0),
                 follow_redirects=False,
             )

@@ -27,15 +27,17 @@ import uuid
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ors_lab.events import AGENT_KINDS, BaselineEvent, EpisodeEvent, Event, StartEvent, UsageEvent, compact_json
 from ors_lab.feed.plan import RunPlan
 from ors_lab.html import fmt
 from ors_lab.stats import mean, pass_at_k, stderr, success_note
 from ors_lab.transcript import AgentStream, Part
-from ors_lab.viewer.run_baseline import LiveBaseline, delta_code
 from ors_lab.viewer.run_summary import MAX_ERRORS, TOKEN_NAMES
+
+if TYPE_CHECKING:
+    from ors_lab.viewer.run_baseline import LiveBaseline
 
 __all__ = [
     "FOLD_KINDS",
@@ -313,6 +315,8 @@ class RunFold:
         already done compared at once."""
         if (event.environment, event.split) != (self.environment, self.split):
             return False
+        from ors_lab.viewer.run_baseline import LiveBaseline  # deferred: paired statistics, for runs with a baseline
+
         self.baseline = LiveBaseline(event, self._planned)
         for (task, _), index in list(self._cell.items()):
             if index < len(self._grid) and self._outcomes[index] is not None:
@@ -328,6 +332,8 @@ class RunFold:
         base = baseline.means.get(task)
         if outcome is None or base is None:
             return
+        from ors_lab.viewer.run_baseline import delta_code
+
         self._deltas[index] = ord(delta_code(outcome.reward - base))
         if self._per_task[task][0] >= self._planned[task]:
             cells = [self._outcomes[self._cell[key]] for key in ((task, r) for r in range(self.rollouts))

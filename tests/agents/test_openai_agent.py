@@ -22,7 +22,7 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.events import AGENT_KINDS, AgentEvent
-from ors_lab.recording.parts import read_part
+from ors_lab.recording.reading import read_part
 from tests.envs.common import EXPECTED, LAB_TASKS
 from tests.llm_server import API_KEY, CACHED_TOKENS, MODEL, PROMPT_TOKENS, LLMServer, Streamed, usage_of
 

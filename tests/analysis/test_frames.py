@@ -13,9 +13,11 @@ import pytest
 
 import ors_lab as ol
 from ors_lab.analysis import frames
+from ors_lab.analysis.trace import GROUPS_AT_ONCE
 from ors_lab.events import EpisodeEvent, EventStream, StartEvent
 from ors_lab.recording import Recorder
 from ors_lab.recording.parts import parts_dir
+from ors_lab.recording.recorder import DICTIONARY_COLUMNS
 from tests.analysis import frames_before
 from tests.analysis.synthetic import Episode, events, record
 
@@ -214,6 +216,17 @@ def test_synthetic_runs_make_the_same_frames_as_before(tmp_path: Path, evaluated
     run = [*RUN, Episode(2, 0, [0.1, 0.2, 0.3]), Episode(2, 1, [0.7, None, 0.1], crashes=2)]
     record(tmp_path / "run.parquet", run, evaluated=evaluated)
     _assert_same_frames(tmp_path / "run.parquet")
+
+
+@pytest.mark.parametrize("name", ["demo.parquet", "openai-arithmetic.parquet"])
+def test_a_trace_read_in_many_pieces_makes_the_same_frames_as_before(tmp_path: Path, name: str) -> None:
+    """A recording rewritten in row groups of 7 rows (dictionary-encoded as the recorder's), so that it is read in
+    many pieces and its calls' rows straddle them: every frame as it was."""
+    path = tmp_path / name
+    pq.write_table(pq.read_table(REPO_ROOT / "recordings" / name), path, row_group_size=7,
+                   use_dictionary=DICTIONARY_COLUMNS)  # fmt: skip
+    assert pq.ParquetFile(path).num_row_groups > 4 * GROUPS_AT_ONCE
+    _assert_same_frames(path)
 
 
 def test_a_run_resumed_into_the_same_trace_makes_the_same_frames_as_before(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ import pytest
 import ors_lab
 from ors_lab.analysis.show import summarize
 from ors_lab.demo.launch import ServerProcess
+from ors_lab.recording.columns import SCHEMA_VERSION
 from ors_lab.recording.parts import parts_dir
-from ors_lab.recording.schema import SCHEMA_VERSION
 from tests.envs import common
 from tests.scripted_demo import guess_by_bisection, solve_arithmetic
 

@@ -20,8 +20,8 @@ import pytest
 import ors_lab
 from ors_lab.analysis.trace import GROUPS_AT_ONCE
 from ors_lab.events import RequestEvent, ResponseEvent
+from ors_lab.recording.columns import EPISODE_COLUMNS, METADATA_CREATED, METADATA_SCHEMA_VERSION, METADATA_SERVERS
 from ors_lab.recording.parts import parts_dir
-from ors_lab.recording.schema import EPISODE_COLUMNS, METADATA_CREATED, METADATA_SCHEMA_VERSION, METADATA_SERVERS
 from tests.traces import record
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -127,6 +128,14 @@ def test_two_threads_first_calls_create_one_session(counting_server: tuple[Serve
     assert sessions_made(live) - made == 1 and not live_sessions(live)
 
 
+def in_a_fresh_interpreter(code: str, url: str) -> str:
+    """What ``code`` prints, run with warnings as errors in a fresh interpreter, given ``url`` (it must exit 0)."""
+    done = subprocess.run([sys.executable, "-W", "error", "-c", code, url], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 IN_A_RUNNING_LOOP = """
 import asyncio, sys
 import ors_lab as ol
@@ -150,17 +159,48 @@ def test_sync_client_inside_a_running_loop(reference_server: Any) -> None:
 
     It runs in a fresh interpreter: nest_asyncio2 patches asyncio for the whole process.
     """
-    done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", IN_A_RUNNING_LOOP, reference_server.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    nested, text, pings = done.stdout.strip().split("|")
+    nested, text, pings = in_a_fresh_interpreter(IN_A_RUNNING_LOOP, reference_server.url).strip().split("|")
     assert (nested, text) == ("True", "in a loop")
     assert int(pings) >= 3
+
+
+NESTED_RUNS = """
+import asyncio, json, sys
+import _asyncio
+import ors_lab as ol
+
+async def main():
+    loop = asyncio.get_running_loop()
+    with ol.Client(sys.argv[1]) as client:
+        with client.environment("echo").session(split="dev", index=0) as session:
+            texts = {session.call("echo", {"text": "nested"}).text for _ in range(100)}
+            timers = len(loop._scheduled)  # asyncio's heap of timers, cancelled ones included
+    mine = asyncio.ensure_future(asyncio.sleep(0, "awaited"))  # the caller's own, made after the client
+    print(json.dumps({"texts": sorted(texts), "timers": timers, "task": type(mine).__module__,
+                      "future": type(loop.create_future()).__module__, "awaited": await mine}))
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def nested_runs(ors_sdk_server: ServerProcess) -> dict[str, Any]:
+    """What 100 sync calls inside asyncio.run leave (a fresh interpreter: nest_asyncio2 patches the whole process)."""
+    result: dict[str, Any] = json.loads(in_a_fresh_interpreter(NESTED_RUNS, ors_sdk_server.url))
+    assert result["texts"] == ["nested"]
+    return result
+
+
+def test_the_sync_client_in_a_running_loop_keeps_asyncios_own_tasks(nested_runs: dict[str, Any]) -> None:
+    """After the sync client ran nested in a loop, asyncio's Task and Future are still its C ones: tasks and futures
+    made afterwards (the caller's own) are native, not nest_asyncio2's pure-Python twins."""
+    assert (nested_runs["task"], nested_runs["future"], nested_runs["awaited"]) == ("_asyncio", "_asyncio", "awaited")
+
+
+def test_nested_runs_drop_the_timers_they_cancelled(nested_runs: dict[str, Any]) -> None:
+    """The timeouts that 100 nested calls set and cancelled (several a call) do not pile up on the loop's heap until
+    their deadlines: once they are most of it, the heap is made again without them, as asyncio's own loop does."""
+    assert nested_runs["timers"] <= 150
 
 
 KERNEL_SETUP = """

@@ -18,8 +18,8 @@ import httpx2
 import pytest
 
 import ors_lab as ol
-from ors_lab.client import AiohttpTransport
-from ors_lab.client.transport import DEFAULT_CONNECTIONS
+from ors_lab.client import WireTransport
+from ors_lab.client.wire import DEFAULT_CONNECTIONS
 from ors_lab.demo.launch import ServerProcess
 from tests.conftest import REPO_ROOT
 from tests.sockets import sockets_to
@@ -109,7 +109,7 @@ async def test_a_request_waits_for_a_connection_whatever_its_timeouts(ors_sdk_se
 async def test_a_call_cut_by_its_deadline_while_waiting_did_not_leave(ors_sdk_server: ServerProcess) -> None:
     """A call whose call_timeout passes while it waits for a connection is a plain DeadlineExceededError (it
     never left, so the tool did not run), not an outcome unknown."""
-    shared = AiohttpTransport(connections=1)
+    shared = WireTransport(connections=1)
     key = uuid.uuid4().hex
     async with (
         ol.AsyncClient(ors_sdk_server.url, transport=shared) as holder,
@@ -136,7 +136,7 @@ def test_connections_are_checked_and_belong_to_the_default_transport(ors_sdk_ser
             ol.Client(ors_sdk_server.url, connections=wrong)  # type: ignore[arg-type]
     for connections in (8, None):
         with pytest.raises(ValueError, match="bound that transport instead"):
-            ol.AsyncClient(ors_sdk_server.url, transport=AiohttpTransport(), connections=connections)
+            ol.AsyncClient(ors_sdk_server.url, transport=WireTransport(), connections=connections)
     assert ol.AsyncClient(ors_sdk_server.url)._transport.connections == DEFAULT_CONNECTIONS  # type: ignore[attr-defined]
     with ol.Client(ors_sdk_server.url, connections=3) as client:  # the sync twin passes it on
         assert client.aio._transport.connections == 3  # type: ignore[attr-defined]

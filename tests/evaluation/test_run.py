@@ -842,3 +842,39 @@ async def test_without_a_split_an_environment_with_several_is_a_clear_error(
     assert isinstance(caught.value, ol.SplitRequiredError)
     assert (caught.value.environment, caught.value.available) == ("lab", ["train", "test"])
     assert os.listdir(tmp_path) == []  # no trace, nor its parts
+
+
+FIRST_EPISODE = """
+import sys, time
+import ors_lab as ol
+
+heavy = ("pandas", "pyarrow", "numpy", "httpx", "ors_lab.agents.turn", "ors_lab.analysis.paired")
+seen = {}
+
+class Agent:
+    async def run(self, episode):
+        if not seen:
+            seen["modules"] = [m for m in heavy if m in sys.modules]
+        await episode.call("submit", {"answer": "15"})
+
+with ol.Client(sys.argv[1]) as client:
+    env = client.environment("lab")
+    client.environments()  # connected
+    recorder = ol.Recorder(sys.argv[2], flush_interval=60)  # its writer thread converts nothing before the close
+    result = ol.evaluate(env, Agent(), split="train", tasks=2, record=recorder, progress=True)
+    recorder.close()
+print(seen["modules"], len(result.episodes), ol.load_trace(sys.argv[2]).summary()["episodes"].iloc[0])
+"""
+
+
+def test_a_fresh_processs_first_episode_runs_before_the_heavy_libraries_are_imported(
+    ors_sdk_server: ServerProcess, tmp_path: Path
+) -> None:
+    """In a fresh process, a recorded evaluate() with its progress shown reaches its agent's first call with none of
+    pandas, pyarrow, numpy and httpx imported (they load for the result, the trace's writing and what asks for them),
+    nor the LLM answers' decoders (for an agent that reads one) or the paired statistics (for a run with a baseline),
+    and the run's result and trace are whole."""
+    done = subprocess.run([sys.executable, "-c", FIRST_EPISODE, ors_sdk_server.url, str(tmp_path / "run.parquet")],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[] 2 2"

@@ -282,7 +282,7 @@ def test_edited_metadata_and_cells(
 
 
 def _read_any(part: Path) -> pa.Table:
-    from ors_lab.recording.parts import read_part
+    from ors_lab.recording.reading import read_part
 
     return read_part(part)
 

@@ -24,7 +24,8 @@ import pytest
 
 from ors_lab.analysis import Trace, load_trace
 from ors_lab.recording import Recorder
-from ors_lab.recording.parts import parts_dir, read_part
+from ors_lab.recording.parts import parts_dir
+from ors_lab.recording.reading import read_part
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}

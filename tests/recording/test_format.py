@@ -29,9 +29,7 @@ from ors_lab.analysis import frames
 from ors_lab.demo.env import guessing_tasks
 from ors_lab.demo.launch import ServerProcess
 from ors_lab.events import PingEvent, RequestEvent
-from ors_lab.recording.parts import parts_dir
-from ors_lab.recording.schema import (
-    AGENT_KINDS,
+from ors_lab.recording.columns import (
     COLUMNS,
     EPISODE_COLUMNS,
     KIND_LAYER,
@@ -41,9 +39,10 @@ from ors_lab.recording.schema import (
     METADATA_SCHEMA_VERSION,
     METADATA_SERVERS,
     METADATA_VERSION,
-    SCHEMA,
     SCHEMA_VERSION,
 )
+from ors_lab.recording.parts import parts_dir
+from ors_lab.recording.schema import AGENT_KINDS, SCHEMA
 from tests.envs import common
 from tests.scripted_demo import guess_by_bisection, solve_arithmetic
 

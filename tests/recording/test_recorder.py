@@ -23,7 +23,7 @@ import pytest
 
 import ors_lab as ol
 from ors_lab import events as ev
-from ors_lab.client.transport import AiohttpTransport
+from ors_lab.client.wire import WireTransport
 from ors_lab.recording.parts import parts_dir
 from tests.envs import common
 from tests.traces import comment, exchange, record
@@ -34,7 +34,7 @@ class TeeTransport(httpx2.AsyncBaseTransport):
     """The default transport, keeping every /call response body's chunks with their arrival time."""
 
     def __init__(self) -> None:
-        self.inner = AiohttpTransport()
+        self.inner = WireTransport()
         self.bodies: list[list[tuple[float, bytes]]] = []
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:

@@ -4,9 +4,8 @@ together from their parts (shared by ``episodes``, ``sessions``, ``steps`` and t
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -15,8 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ors_lab.analysis.frames.columns import _I64, _STR, _WALL, SESSIONS_COLUMNS, TOKENS
-from ors_lab.analysis.frames.source import _SID, Source, _at, _codes, _ends, _pieces, _table
-from ors_lab.recording.schema import EPISODE_COLUMNS, SCHEMA, kind_mask
+from ors_lab.analysis.frames.source import _SID, Source, _at, _coded_pieces, _codes, _ends, _table
+from ors_lab.recording.columns import EPISODE_COLUMNS
+from ors_lab.recording.schema import SCHEMA, kind_mask
 
 __all__: list[str] = []
 
@@ -89,42 +89,21 @@ strings made plain only in the rows kept of each kind."""
 
 def _episode_rows(source: Source, *more: pa.Array | pa.ChunkedArray,
                   outcomes: bool = True) -> tuple[_EpisodeRows, pa.Array, list[pa.Array]]:  # fmt: skip
-    """``_EpisodeRows`` of ``source``, a piece at a time (so that no more than a piece of the rows read is held
-    whole), ``_coded`` with the session ids of ``more``; ``outcomes=False`` leaves the episode rows' figures
-    unread. ``_ENCODED`` are read dictionary-encoded: kinds matched by their few values, and each piece's
+    """``_EpisodeRows`` of ``source``, a piece at a time (``_coded_pieces``: so that no more than a piece of the rows
+    read is held whole), ``_coded`` with the session ids of ``more``; ``outcomes=False`` leaves the episode rows'
+    figures unread. ``_ENCODED`` are read dictionary-encoded: kinds matched by their few values, and each piece's
     session ids kept as indices into its dictionary, the dictionaries made one code each at the end."""
     columns = ["session_id", "layer", "kind", "wall", "environment", "split", "task_index", "task", "rollout", "call",
                "ok", "reward", "finished", *(["error", *TOKENS, *EPISODE_COLUMNS] if outcomes else [])]  # fmt: skip
-    kept: dict[str, list[pa.Table]] = {name: [] for name in _EpisodeRows._fields}
-    dictionaries: list[pa.Array] = []
-
-    def keep(split: Future[tuple[dict[str, pa.Table], pa.Array]]) -> None:
-        tables, dictionary = split.result()
-        offset = sum(map(len, dictionaries))  # this piece's indices, after those of the pieces before
-        for name, table in tables.items():
-            kept[name].append(table.set_column(0, "session_id", pc.add(table["session_id"].cast(_I64), offset)))
-        dictionaries.append(dictionary)
-
-    with ThreadPoolExecutor(max_workers=1) as splitter:  # a piece is split while the next is read (both free the GIL)
-        pending: deque[Future[tuple[dict[str, pa.Table], pa.Array]]] = deque()
-        for piece in _pieces(source, columns, _EPISODE_KINDS, _ENCODED):
-            pending.append(splitter.submit(_split, piece, outcomes))
-            if len(pending) > 1:  # one piece read ahead at most
-                keep(pending.popleft())
-        for split in pending:
-            keep(split)
-    rows = _EpisodeRows(*(pa.concat_tables(tables).combine_chunks() if tables else _EMPTY[name].empty_table()
-                          for name, tables in kept.items()))  # fmt: skip  # one chunk: Arrow's take is slow over many
-    return _coded(rows, dictionaries, *more)
+    split = partial(_split, outcomes=outcomes)
+    tables, names, codes = _coded_pieces(source, columns, _EPISODE_KINDS, _ENCODED, split, _EMPTY, *more)
+    # one chunk each: Arrow's take is slow over many
+    return _EpisodeRows(**{name: table.combine_chunks() for name, table in tables.items()}), names, codes
 
 
-def _split(piece: pa.Table, outcomes: bool) -> tuple[dict[str, pa.Table], pa.Array]:
-    """One piece of the episode rows, split by kind into ``_EpisodeRows``' tables (each mask made once, each
-    table taking only its own columns), their ``session_id`` the index into the piece's dictionary of ids
-    (returned beside them)."""
-    ids = piece["session_id"]
-    ids = (ids if pa.types.is_dictionary(ids.type) else pc.dictionary_encode(ids)).combine_chunks()  # one dictionary
-    piece = piece.set_column(piece.schema.get_field_index("session_id"), "session_id", ids.indices)
+def _split(piece: pa.Table, first: int, outcomes: bool) -> dict[str, pa.Table]:
+    """One piece of the episode rows (its ``session_id`` indices into its dictionary of ids), split by kind into
+    ``_EpisodeRows``' tables (each mask made once, each table taking only its own columns)."""
     kind, agent = piece["kind"], kind_mask(piece["layer"], ["agent"])
     mine = pc.and_(pc.invert(agent), pc.is_valid(piece["session_id"]))
     refused = pc.fill_null(pc.equal(piece["ok"], False), False)  # a close whose delete failed
@@ -145,41 +124,7 @@ def _split(piece: pa.Table, outcomes: bool) -> tuple[dict[str, pa.Table], pa.Arr
                                  pc.is_valid(piece["rollout"])), ["session_id", "rollout"]),
         "outcomes": rows(pc.and_(agent, kind_mask(kind, ["episode"])), _OUTCOME_ROWS)
         if outcomes else _EMPTY["outcomes"].empty_table(),
-    }, ids.dictionary  # fmt: skip
-
-
-def _coded(rows: _EpisodeRows, dictionaries: list[pa.Array],
-           *more: pa.Array | pa.ChunkedArray) -> tuple[_EpisodeRows, pa.Array, list[pa.Array]]:  # fmt: skip
-    """``rows`` (their ``session_id`` indices into ``dictionaries``, one after another) with ``_SID`` in each table:
-    every session id (of ``rows`` and of ``more``) an integer code, so that groups and joins by session
-    hash integers, not strings (a null id a code of its own: a group, and a match, as Arrow's group_by
-    and index_in take it), and ``session_id`` the id again (dictionary-encoded by the codes); the ids
-    (code -> id), and the codes of ``more``."""
-    offset, places = sum(map(len, dictionaries)), []
-    for ids in more:
-        encoded = pc.dictionary_encode(ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids)
-        places.append(pc.add(encoded.indices.cast(_I64), offset))
-        dictionaries, offset = [*dictionaries, encoded.dictionary], offset + len(encoded.dictionary)
-    every = pc.dictionary_encode(pa.concat_arrays([d.cast(_STR) for d in dictionaries]) if dictionaries
-                                 else pa.array([], _STR))  # fmt: skip  # each id once, whichever pieces hold it
-    null = len(every.dictionary)  # the code of a null id
-    code_of = np.append(np.asarray(every.indices.to_numpy(zero_copy_only=False), np.int64), null)
-    names = pa.concat_arrays([every.dictionary, pa.nulls(1, _STR)])
-
-    def codes(indices: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        return code_of[np.asarray(pc.fill_null(indices, offset).to_numpy(zero_copy_only=False), np.int64)]
-
-    def coded(table: pa.Table) -> pa.Table:
-        local = table["session_id"]
-        sid = codes(local)
-        ids = pa.DictionaryArray.from_arrays(pa.array(sid.astype(np.int32), mask=~_valid(local)), names)
-        return table.set_column(0, "session_id", ids).append_column(_SID, pa.array(sid))
-
-    return _EpisodeRows(*map(coded, rows)), names, [pa.array(codes(part)) for part in places]
-
-
-def _valid(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), np.bool_)
+    }  # fmt: skip
 
 
 def _fields(*names: str) -> pa.Schema:

@@ -1,11 +1,13 @@
 """Where a frame's rows come from (``Source``: an Arrow table, or a ``Trace`` read where it lies), and the
-Arrow work the builders share: typing a frame to its declared columns, first and last rows of groups,
-lookups by session code."""
+Arrow work the builders share: reading a source a piece at a time with its session ids made integer codes,
+typing a frame to its declared columns, first and last rows of groups, lookups by session code."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, TypeAlias
 
 import numpy as np
@@ -13,7 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ors_lab.recording.parts import select_rows
+from ors_lab.analysis.frames.columns import _I64, _STR
+from ors_lab.recording.reading import select_rows
 
 __all__ = ["RowReader", "Source"]
 
@@ -80,6 +83,97 @@ def _pieces(source: Source, columns: Sequence[str], kinds: Sequence[str] | None 
         yield select_rows(source, columns, kinds)
     else:
         yield from source._scan(columns, kinds, encoded)
+
+
+Split: TypeAlias = Callable[[pa.Table, int], dict[str, pa.Table]]
+"""What ``_coded_pieces`` makes of a piece: ``split(piece, first)`` -> tables whose first column is ``session_id``."""
+
+
+Coded: TypeAlias = tuple[dict[str, pa.Table], pa.Array, list[pa.Array]]
+"""Tables with ``_SID``, the ids (code -> id), and the codes of more ids (what ``_coded`` gives)."""
+
+
+def _coded_pieces(
+    source: Source,
+    columns: Sequence[str],
+    kinds: Sequence[str] | None,
+    encoded: Sequence[str],
+    split: Split,
+    empty: Mapping[str, pa.Schema],
+    *more: pa.Array | pa.ChunkedArray,
+) -> Coded:
+    """What ``split`` makes of each piece of ``source``'s rows (of ``kinds``, with ``columns``; ``encoded`` read as
+    the file holds them, dictionary-encoded), so that no more than a piece of the rows read is held whole: each
+    name's tables of every piece one after another (a chunk a piece), ``_coded`` with the session ids of ``more``, and
+    the ids.
+
+    ``split(piece, first)`` gets the piece with its ``session_id`` the indices into its dictionary of ids (``first``:
+    how many rows the pieces before it held), and gives tables whose first column is such indices (``empty``: the
+    schema of each, for a source without rows). A piece is split on a thread of its own while the next is read
+    (both free the GIL)."""
+    kept: dict[str, list[pa.Table]] = {name: [] for name in empty}
+    dictionaries: list[pa.Array] = []
+
+    def keep(done: Future[tuple[dict[str, pa.Table], pa.Array]]) -> None:
+        tables, dictionary = done.result()
+        offset = sum(map(len, dictionaries))  # this piece's indices, after those of the pieces before
+        for name, table in tables.items():
+            kept[name].append(table.set_column(0, "session_id", pc.add(table["session_id"].cast(_I64), offset)))
+        dictionaries.append(dictionary)
+
+    with ThreadPoolExecutor(max_workers=1) as splitter:
+        pending: deque[Future[tuple[dict[str, pa.Table], pa.Array]]] = deque()
+        first = 0
+        for piece in _pieces(source, columns, kinds, encoded):
+            pending.append(splitter.submit(_indexed, piece, first, split))
+            first += piece.num_rows
+            if len(pending) > 1:  # one piece read ahead at most
+                keep(pending.popleft())
+        for done in pending:
+            keep(done)
+    tables = {name: pa.concat_tables(tables) if tables else empty[name].empty_table() for name, tables in kept.items()}
+    return _coded(tables, dictionaries, *more)
+
+
+def _indexed(piece: pa.Table, first: int, split: Split) -> tuple[dict[str, pa.Table], pa.Array]:
+    """``split`` of ``piece`` with its ``session_id`` the indices into its dictionary of ids (returned beside)."""
+    ids = piece["session_id"]
+    ids = (ids if pa.types.is_dictionary(ids.type) else pc.dictionary_encode(ids)).combine_chunks()  # one dictionary
+    return split(piece.set_column(piece.schema.get_field_index("session_id"), "session_id", ids.indices), first), \
+        ids.dictionary  # fmt: skip
+
+
+def _coded(tables: dict[str, pa.Table], dictionaries: list[pa.Array], *more: pa.Array | pa.ChunkedArray) -> Coded:
+    """``tables`` (their ``session_id`` indices into ``dictionaries``, one after another) with ``_SID`` in each:
+    every session id (of ``tables`` and of ``more``) an integer code, so that groups and joins by session
+    hash integers, not strings (a null id a code of its own: a group, and a match, as Arrow's group_by
+    and index_in take it), and ``session_id`` the id again (dictionary-encoded by the codes); the ids
+    (code -> id), and the codes of ``more``."""
+    offset, places = sum(map(len, dictionaries)), []
+    for ids in more:
+        encoded = pc.dictionary_encode(ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids)
+        places.append(pc.add(encoded.indices.cast(_I64), offset))
+        dictionaries, offset = [*dictionaries, encoded.dictionary], offset + len(encoded.dictionary)
+    every = pc.dictionary_encode(pa.concat_arrays([d.cast(_STR) for d in dictionaries]) if dictionaries
+                                 else pa.array([], _STR))  # fmt: skip  # each id once, whichever pieces hold it
+    null = len(every.dictionary)  # the code of a null id
+    code_of = np.append(np.asarray(every.indices.to_numpy(zero_copy_only=False), np.int64), null)
+    names = pa.concat_arrays([every.dictionary, pa.nulls(1, _STR)])
+
+    def codes(indices: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        return code_of[np.asarray(pc.fill_null(indices, offset).to_numpy(zero_copy_only=False), np.int64)]
+
+    def coded(table: pa.Table) -> pa.Table:
+        local = table["session_id"]
+        sid = codes(local)
+        ids = pa.DictionaryArray.from_arrays(pa.array(sid.astype(np.int32), mask=~_valid(local)), names)
+        return table.set_column(0, "session_id", ids).append_column(_SID, pa.array(sid))
+
+    return {name: coded(table) for name, table in tables.items()}, names, [pa.array(codes(part)) for part in places]
+
+
+def _valid(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), np.bool_)
 
 
 def _pandas(table: pa.Table) -> pd.DataFrame:
