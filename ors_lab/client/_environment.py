@@ -168,16 +168,19 @@ class AsyncEnvironment:
         index: int | None = None,
         secrets: Mapping[str, str] | None = None,
         view: bool = True,
+        rollout: int | None = None,
     ) -> AsyncSession:
         """A session on one task, by ``task=`` (a Task or its spec) or by ``split=`` and ``index=``.
 
         It opens on first use (``await s.call(...)``) and lives until ``close()``; or use it as
         ``async with env.session(split="test", index=0) as s:``, which opens it on entry and deletes
         it on exit. ``view=False``: no live view of this session, whatever ``ol.live_views()`` says (an
-        evaluation's episodes, a loop over many sessions).
+        evaluation's episodes, a loop over many sessions). ``rollout``: which rollout of its task this
+        session is, for a replay of a trace to give it that rollout's recorded session (``x-ors-lab-replay:
+        rollout=N`` on its ``/create``; other servers ignore it). An evaluation's episodes give it.
         """
         if task is not None and (split is not None or index is not None):
             raise ValueError("give either task= or split=/index=, not both")
         if task is None and (split is None or index is None):
             raise ValueError("give either task= or both split= and index=")
-        return AsyncSession(self, task=task, split=split, index=index, secrets=secrets, view=view)
+        return AsyncSession(self, task=task, split=split, index=index, secrets=secrets, view=view, rollout=rollout)

@@ -35,6 +35,7 @@ from ors_lab.protocol.errors import (
     SessionNotFoundError,
 )
 from ors_lab.protocol.models import Block, Task, ToolResult, ToolSpec
+from ors_lab.protocol.replay import REPLAY_HEADER, ROLLOUT
 
 if TYPE_CHECKING:  # annotations only: the client makes environments, which make sessions; none imports back up
     from ors_lab.client._environment import AsyncEnvironment
@@ -73,6 +74,7 @@ class AsyncSession:
         index: int | None,
         secrets: Mapping[str, str] | None,
         view: bool = True,
+        rollout: int | None = None,
     ) -> None:
         self.client = environment.client
         self.environment = environment.name
@@ -82,6 +84,7 @@ class AsyncSession:
         self.task = task if isinstance(task, Task) or task is None else Task(environment.name, dict(task))
         self.split = split
         self.index = index
+        self.rollout = rollout
         self.sid = uuid.uuid4().hex
         self.pings = 0
         self.calls = 0
@@ -170,11 +173,11 @@ class AsyncSession:
             body["task_spec"] = dict(self.task.spec)
         else:
             body["split"], body["index"] = self.split, self.index
-        headers = None
+        headers = None if self.rollout is None else {REPLAY_HEADER: f"{ROLLOUT}{self.rollout}"}
         if self._secrets:
             if await self.client._server_flavor(self.events) == "openreward":
                 secrets = {name: {"value": value} for name, value in self._secrets.items()}
-                headers = {"X-Secrets": base64.b64encode(_dumps(secrets)).decode()}
+                headers = {**(headers or {}), "X-Secrets": base64.b64encode(_dumps(secrets)).decode()}
             else:
                 body["secrets"] = self._secrets
         if self._wants_view and self.view is None:  # subscribed before the /create, so it sees all of it

@@ -204,15 +204,18 @@ class Environment:
         index: int | None = None,
         secrets: Mapping[str, str] | None = None,
         view: bool = True,
+        rollout: int | None = None,
     ) -> Session:
         """A session on one task, by ``task=`` or by ``split=`` and ``index=``.
 
         Its first ``prompt()``, ``tools()`` or ``call()`` opens it, and it lives until ``close()`` (or
         its client's end): a notebook's cells can share it. ``with env.session(...) as s:`` is the
         scoped form: opened on entry, deleted on exit. ``view=False``: no live view of this session,
-        whatever ``ol.live_views()`` says.
+        whatever ``ol.live_views()`` says. ``rollout``: which rollout of its task this session is, for a replay
+        to give it that rollout's recorded session (``AsyncEnvironment.session``).
         """
-        return Session(self._client, self.aio.session(task, split=split, index=index, secrets=secrets, view=view))
+        aio = self.aio.session(task, split=split, index=index, secrets=secrets, view=view, rollout=rollout)
+        return Session(self._client, aio)
 
 
 class Session:

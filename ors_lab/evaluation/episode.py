@@ -79,7 +79,7 @@ async def run_episode(
     (None: the wire; the run's ``llm_replay``: an ``AgentReplayTransport``). Everything done in the episode
     through the objects of ``env``'s client is published on ``env``'s stream (captured: ``EventStream.capture``)."""
     events = env.events
-    session = env.session(split=split, index=index, view=False)  # the run's own view shows its episodes
+    session = env.session(split=split, index=index, view=False, rollout=rollout)  # the run's view shows it
     sid = session.sid
     events.publish(StartEvent(session_id=sid, rollout=rollout, message_id=sid, environment=env.name, split=split,
                               task_index=index, worker=worker))  # fmt: skip

@@ -11,6 +11,11 @@
   answers as to any ``num_tasks``, so a client may ask any server
   (``AsyncEnvironment.recorded_episodes``); ``evaluate(..., tasks=None)`` does, and against a replay
   runs the episodes it holds rather than every task of the split.
+- **The rollout of a session.** ``POST /create`` sent with ``x-ors-lab-replay: rollout=N`` (an
+  evaluation's episodes send it) is given, by a replay, the recorded session of that task's rollout N
+  when the trace's ``episode`` rows name one still unclaimed; otherwise, and by any other server, the
+  header is ignored. Without it a replay hands out a task's sessions in recorded order, so two rollouts
+  of a task opened at once could each get the other's, and meet its recorded calls.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 
 from ors_lab.protocol.errors import ReplayMismatchError
 
-__all__ = ["EPISODES", "MISMATCH", "RECORDED_EPISODES", "REPLAY_HEADER", "mismatch_error"]
+__all__ = ["EPISODES", "MISMATCH", "RECORDED_EPISODES", "REPLAY_HEADER", "ROLLOUT", "mismatch_error", "rollout_of"]
 
 REPLAY_HEADER = "x-ors-lab-replay"
 MISMATCH = "mismatch"
@@ -28,6 +33,16 @@ EPISODES = "episodes"
 """The header's value on a ``num_tasks`` request that asks for the recorded episodes."""
 RECORDED_EPISODES = "recorded_episodes"
 """The key a replay adds to its ``num_tasks`` answer when asked for the episodes."""
+ROLLOUT = "rollout="
+"""The header's value on a ``/create``, before the rollout's number: ``rollout=2``."""
+
+
+def rollout_of(value: str | None) -> int | None:
+    """The rollout a ``/create``'s header value names (``rollout=2``), or None (no header, another value)."""
+    if value is None or not value.startswith(ROLLOUT):
+        return None
+    number = value[len(ROLLOUT) :]
+    return int(number) if number.isdigit() else None
 
 
 def mismatch_error(status_code: int, body: Any, **context: Any) -> ReplayMismatchError:

@@ -6,7 +6,10 @@
   /events``, recorded through ``ors-lab proxy``: any SSE stream replays).
 - A session is whatever id the replaying client chooses: its ``/create`` claims the first unclaimed
   recorded session whose ``/create`` named the same task (environment, split and index, or task
-  spec); ``/create_session`` hands out fresh ids as the servers do.
+  spec); one sent with ``x-ors-lab-replay: rollout=N`` (an evaluation's episodes send it) claims that
+  rollout's, as the trace's ``episode`` rows say, if it is unclaimed: so two rollouts of a task opened at
+  once get their own whatever the order their ``/create``s arrive in. ``/create_session`` hands out
+  fresh ids as the servers do.
 - Within a session, requests match the recorded ones in order by method, path, tool name and input.
   Keep-alive pings are answered while the session lives, without taking part in the order.
 - Server-made task ids are replaced by fresh ones, consistently; a ``/call`` resumed with such an id
@@ -39,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ors_lab.analysis.trace import Trace, load_trace
-from ors_lab.protocol.replay import EPISODES, MISMATCH, RECORDED_EPISODES, REPLAY_HEADER
+from ors_lab.protocol.replay import EPISODES, MISMATCH, RECORDED_EPISODES, REPLAY_HEADER, rollout_of
 from ors_lab.recording.redact import REDACTED
 from ors_lab.replay.faults import Fault
 from ors_lab.replay.recorded import Exchange, Item, Recording, give_back, matches
@@ -147,7 +150,7 @@ class ReplayEngine:
             if path == "/delete" and method == "POST":
                 return self._delete(sid)
             if path == "/create" and method == "POST":
-                return self._create(sid, body)
+                return self._create(sid, body, rollout_of(headers.get(REPLAY_HEADER)))
             if path.endswith("/num_tasks") and headers.get(REPLAY_HEADER) == EPISODES:
                 return self._with_episodes(self._stateless(method, path, body), path, body)
             sessionless = sid is None and (method, path) in self._sessionless.sessionless
@@ -223,11 +226,11 @@ class ReplayEngine:
 
     # -- sessions --------------------------------------------------------------------------------
 
-    def _create(self, sid: str | None, body: bytes) -> Answer:
+    def _create(self, sid: str | None, body: bytes, rollout: int | None) -> Answer:
         if sid is None:
             return json_answer(400, {"detail": "X-Session-ID header is required"})
         wanted = _task_identity(body)
-        code = self._creates.claim(wanted)
+        code = self._creates.claim(wanted, rollout)
         if code is not None:  # in recorded order; a dict lookup, not a scan, for traces of many sessions
             create = self.recording.exchange(int(self._creates.rows[code]))
             session = self.recording.session(code)
@@ -497,6 +500,8 @@ class _Creates:
         # identity key -> sessions not yet claimed, the first last (lists: a deque per task costs 600 bytes)
         self._waiting: dict[Any, list[int]] = {}
         self._odd: dict[str, tuple[tuple[Any, ...], list[int]]] = {}  # identities with a redacted secret
+        self._recording = recording
+        self._rollouts: dict[int, int] | None = None  # session code -> its episode's rollout, made when first asked
         # each distinct body parsed once; the sessions grouped by its key with numpy, in recorded order
         bodies, body_of = recording.distinct_bodies(recording.create_rows)
         groups: dict[tuple[bool, Any], int] = {}  # (odd, key or canonical text) -> group, in order of first use
@@ -520,8 +525,11 @@ class _Creates:
             else:
                 self._waiting[key] = waiting
 
-    def claim(self, wanted: tuple[Any, ...]) -> int | None:
-        """The first unclaimed session of the task ``wanted`` names, now claimed; None if there is none."""
+    def claim(self, wanted: tuple[Any, ...], rollout: int | None = None) -> int | None:
+        """The first unclaimed session of the task ``wanted`` names, now claimed; None if there is none.
+
+        With ``rollout``: the first unclaimed one of that rollout, if the trace's ``episode`` rows name one.
+        """
         key = _identity_key(wanted)
         waiting = self._waiting.get(key) if key is not None else None
         if not waiting:
@@ -529,9 +537,23 @@ class _Creates:
                            None)  # fmt: skip
         if not waiting:
             return None
-        code = waiting.pop()
+        place = len(waiting) - 1
+        if rollout is not None:
+            rollouts = self._rollouts_of()
+            # the first in recorded order is last: claims mostly come in that order, so the scan is short
+            place = next((p for p in range(len(waiting) - 1, -1, -1) if rollouts.get(waiting[p]) == rollout), place)
+        code = waiting.pop(place)
         self._claimed[code] = 1
         return code
+
+    def _rollouts_of(self) -> dict[int, int]:
+        if self._rollouts is None:
+            self._rollouts = {}
+            for (_, _, _, rollout), sid in self._recording.episodes():
+                code = self._recording.code(sid) if sid is not None and rollout is not None else None
+                if code is not None:
+                    self._rollouts.setdefault(code, int(rollout))
+        return self._rollouts
 
     def nearest(self) -> list[int]:
         """The rows of the first three unclaimed sessions' ``/create``s."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pickle
 import time
@@ -9,13 +10,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 import ors_lab as ol
 from ors_lab.replay.forward import ForwardingReplay
 from ors_lab.replay.proxy import serve_proxy
 from tests.envs import common
-from tests.evaluation.policies import lab_policy
+from tests.evaluation.policies import expected_reward, lab_policy
 from tests.recording.test_proxy import official_client
 
 
@@ -445,3 +447,43 @@ def test_an_evaluation_describes_its_environment_once_per_run(evaluated: tuple[P
     asked = Counter(f"{row['method']} {row['url'].split('/', 3)[3]}" for row in rows)
     described = ("GET list_environments", "GET lab/splits", "GET lab/tools", "POST lab/task")
     assert [asked[what] for what in described] == [1, 1, 1, 2]
+
+
+class FirstCreateLate(httpx2.AsyncBaseTransport):
+    """A transport that holds back the first ``/create`` of each task 0.3 s, so its other rollouts' overtake it."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.seen: set[tuple[Any, Any]] = set()
+        self.overtaken = 0
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/create":
+            body = json.loads(request.content)
+            task = (body.get("split"), body.get("index"))
+            if task not in self.seen:
+                self.seen.add(task)
+                self.overtaken += 1
+                await asyncio.sleep(0.3)
+        return await self.inner.handle_async_request(request)
+
+
+def test_each_rollout_gets_its_own_recorded_session_whatever_the_order(ors_sdk_server: Any, tmp_path: Path) -> None:
+    """A replay gives an evaluation's episode its own rollout's recorded session, though the /creates of a
+    task's rollouts come in another order than when recorded (lab_policy answers right on even rollouts
+    and wrong on odd ones: a session of the other rollout would meet a call it never recorded)."""
+    path = tmp_path / "run.parquet"
+    with ol.Client(ors_sdk_server.url) as client:
+        recorded = ol.evaluate(client.environment("lab"), lab_policy, split="train", tasks=[0, 2], rollouts=3,
+                               concurrency=1, record=path, progress=False)  # fmt: skip
+    late = FirstCreateLate(ol.ReplayTransport(path, speed=0))
+    with ol.Client("http://replay.invalid", transport=late) as client:
+        again = ol.evaluate(client.environment("lab"), lab_policy, split="train", tasks=[0, 2], rollouts=3,
+                            concurrency=6, progress=False)  # fmt: skip
+    assert late.overtaken == 2
+    assert again.errors.empty, again.errors.to_dict("records")
+    columns = ["task_index", "rollout", "reward"]
+    assert again.episodes[columns].sort_values(columns[:2]).to_dict("records") == recorded.episodes[
+        columns
+    ].sort_values(columns[:2]).to_dict("records")
+    assert sorted(again.episodes["reward"]) == sorted(expected_reward("train", i, r) for i in (0, 2) for r in range(3))
