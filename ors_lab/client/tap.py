@@ -126,18 +126,18 @@ class ExchangeTap:
 
     def request(self, method: str, url: str, headers: Any, body: bytes | None) -> None:
         """The request, as sent."""
-        if self.wanted is None or "request" in self.wanted:
+        if self.takes("request"):
             self.events.publish(RequestEvent(**self.context, method=method, url=url, headers=headers, body=body))
 
     def response(self, status: int, headers: Any, ttfb_ns: int | None, body: bytes | None = None) -> None:
         """The response head, and the whole body of an answer that is not streamed."""
-        if self.wanted is None or "response" in self.wanted:
+        if self.takes("response"):
             self.events.publish(ResponseEvent(**self.context, status=status, headers=headers, ttfb_ns=ttfb_ns,
                                               body=body))  # fmt: skip
 
     def disconnect(self, error: BaseException | str) -> None:
         """The request or its body broke before the end."""
-        if self.wanted is None or "disconnect" in self.wanted:
+        if self.takes("disconnect"):
             text = error if isinstance(error, str) else describe_error(error)
             self.events.publish(DisconnectEvent(**self.context, error=text))
 
